@@ -1,0 +1,96 @@
+"""Build the synthetic world and everything derived from it, once per configuration.
+
+Layout under ``root``::
+
+    world_train/   world_eval/        rendered videos, object tracks, ActivityNet-format captions
+    v2p_sft/       ovi_train/         training sets (HF datasets under hf/, JSONL, stats.md)
+    v2p_bench/v2p/ ovibench/          evaluation sets in the benchmarks' own formats
+
+Training and evaluation use disjoint videos (different world seeds). A finished build writes
+``build.json`` last; a build whose ``build.json`` matches the config is reused as is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class SyntheticDataConfig:
+    """The synthetic world and its derived datasets (used by the quickstart and the tests)."""
+
+    root: str = "${output_root}/data/synthetic"
+    seed: int = 0
+    train_videos: int = 48
+    eval_videos: int = 24
+    vp_questions_per_video: int = 4
+    shapes: list[str] = field(default_factory=lambda: ["rectangle", "ellipse", "arrow", "point"])
+    ovi_mix: list[int] = field(default_factory=lambda: [1, 2, 1])  # Cancellation : Correction : False Trigger
+
+
+@dataclass
+class SyntheticPaths:
+    """Where a synthetic build put each dataset."""
+
+    v2p_sft: Path
+    ovi_train: Path
+    v2p_bench: Path
+    ovibench: Path
+
+
+def _paths(root: Path) -> SyntheticPaths:
+    return SyntheticPaths(
+        v2p_sft=root / "v2p_sft" / "hf",
+        ovi_train=root / "ovi_train" / "hf",
+        v2p_bench=root / "v2p_bench" / "v2p",
+        ovibench=root / "ovibench",
+    )
+
+
+def _config_hash(cfg: SyntheticDataConfig) -> str:
+    fields = {k: v for k, v in asdict(cfg).items() if k != "root"}
+    return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def build_synthetic(cfg: SyntheticDataConfig) -> SyntheticPaths:
+    """Render the worlds and build the four datasets, unless an identical build is already there."""
+    from data_builders.ovi_train import build_ovi_train
+    from data_builders.synthetic_world import build_world
+    from data_builders.vp_sft import build_vp_sft
+
+    root = Path(cfg.root)
+    marker = root / "build.json"
+    config_hash = _config_hash(cfg)
+    if marker.exists() and json.loads(marker.read_text()).get("config_hash") == config_hash:
+        return _paths(root)
+    if root.exists():
+        shutil.rmtree(root)  # a partial or different build: start clean rather than mix
+    root.mkdir(parents=True)
+    worlds = {"train": root / "world_train", "eval": root / "world_eval"}
+    build_world(worlds["train"], cfg.train_videos, seed=cfg.seed)
+    build_world(worlds["eval"], cfg.eval_videos, seed=cfg.seed + 1)
+    shapes = tuple(cfg.shapes)
+    n_per_video = cfg.vp_questions_per_video
+    build_vp_sft(
+        worlds["train"], root / "v2p_sft", seed=cfg.seed, questions_per_video=n_per_video, shapes=shapes
+    )
+    build_vp_sft(
+        worlds["eval"], root / "v2p_bench", seed=cfg.seed + 1, questions_per_video=n_per_video, shapes=shapes
+    )
+    for split, out in (("train", root / "ovi_train"), ("eval", root / "ovibench")):
+        build_ovi_train(
+            worlds[split] / "activitynet_captions.json",
+            worlds[split] / "videos",
+            out,
+            seed=cfg.seed + (split == "eval"),
+            mix=tuple(cfg.ovi_mix),
+        )
+    tmp = marker.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"config_hash": config_hash, "config": asdict(cfg)}, indent=2))
+    os.replace(tmp, marker)
+    return _paths(root)

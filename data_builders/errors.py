@@ -1,0 +1,22 @@
+"""Typed errors for bad input. Each names the file, the row (1-based line) and the field."""
+
+from __future__ import annotations
+
+
+class DataError(ValueError):
+    """Bad input data: names where it is so a user can fix it."""
+
+    def __init__(self, file: str, message: str, row: int | None = None, field: str | None = None):
+        self.file, self.row, self.field = str(file), row, field
+        where = (
+            self.file + (f", row {row}" if row is not None else "") + (f", field '{field}'" if field else "")
+        )
+        super().__init__(f"{where}: {message}")
+
+
+class DecodeError(RuntimeError):
+    """A video could not be decoded (corrupt, truncated, or decoding timed out)."""
+
+    def __init__(self, path: str, reason: str):
+        self.path, self.reason = str(path), reason
+        super().__init__(f"{path}: cannot decode video: {reason}")

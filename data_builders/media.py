@@ -1,0 +1,220 @@
+"""The one media spec, frame sampling and decoding, and the per-(video, spec) frame cache.
+
+The same ``MediaSpec`` is used by the data builders, the trainer and the evaluator, and its
+``fingerprint`` is recorded with every dataset and result, so a mismatch is visible rather than a
+silent drift. Frames are resized to the spec's pixel budget at decode time (to a multiple of the
+vision patch grid) so the cache stays small and the model processor's own resize is a no-op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from data_builders.errors import DecodeError
+
+# Qwen-VL style models see frames as 14-px patches merged 2x2, so sides are multiples of 28.
+PATCH_GRID = 28
+SPEC_VERSION = 1
+
+
+@dataclass
+class MediaSpec:
+    """How a video span becomes model frames.
+
+    Attributes:
+        decoder: ``"decord"`` (default) or ``"pyav"`` (fallback reader).
+        num_frames: frames sampled uniformly over a span; when ``None``, ``fps`` is used.
+        fps: sampling rate in frames per second (bounded by ``max_frames``), used when ``num_frames`` is None.
+        max_frames: upper bound on frames per span.
+        min_frames: lower bound on frames per span (Qwen-VL groups frames in pairs, so keep it even).
+        max_pixels: pixel budget per video frame (height * width after resizing).
+        image_max_pixels: pixel budget per still image (visual-prompt frames).
+        timeout_s: a decode that takes longer is abandoned and the video quarantined.
+    """
+
+    decoder: str = "decord"
+    num_frames: int | None = 8
+    fps: float | None = None
+    max_frames: int = 64
+    min_frames: int = 2
+    max_pixels: int = 84 * 84
+    image_max_pixels: int = 84 * 84
+    timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.decoder not in ("decord", "pyav"):
+            raise ValueError(f"media.decoder must be 'decord' or 'pyav', got {self.decoder!r}")
+        if self.num_frames is None and self.fps is None:
+            raise ValueError("media: set num_frames or fps")
+        if self.max_pixels < PATCH_GRID**2 or self.image_max_pixels < PATCH_GRID**2:
+            raise ValueError(f"media: pixel budgets must be at least {PATCH_GRID**2}")
+
+    def to_dict(self) -> dict:
+        return {"version": SPEC_VERSION, **asdict(self)}
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of every field that changes the frames (not the timeout)."""
+        fields = {k: v for k, v in self.to_dict().items() if k != "timeout_s"}
+        return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+
+
+@dataclass
+class Clip:
+    """Decoded frames of one span: ``frames`` uint8[T, H, W, 3], source ``fps``, the source frame
+    indices that were taken, and how many source frames the span holds."""
+
+    frames: np.ndarray
+    fps: float
+    indices: list[int]
+    span_frames: int
+
+    def processor_metadata(self) -> dict:
+        """Metadata in the form HF video processors take (they derive the sampling rate from it)."""
+        return {"fps": self.fps, "total_num_frames": self.span_frames, "frames_indices": self.indices}
+
+
+def fit_to_budget(height: int, width: int, max_pixels: int) -> tuple[int, int]:
+    """The largest (h, w), multiples of the patch grid, that keep the aspect ratio within max_pixels."""
+    scale = min(1.0, math.sqrt(max_pixels / (height * width)))
+    h = max(PATCH_GRID, int(height * scale) // PATCH_GRID * PATCH_GRID)
+    w = max(PATCH_GRID, int(width * scale) // PATCH_GRID * PATCH_GRID)
+    return h, w
+
+
+def resize_frames(frames: np.ndarray, max_pixels: int) -> np.ndarray:
+    """Resize uint8[T, H, W, 3] frames to the pixel budget (bicubic)."""
+    h, w = fit_to_budget(frames.shape[1], frames.shape[2], max_pixels)
+    if (h, w) == frames.shape[1:3]:
+        return frames
+    return np.stack([np.asarray(Image.fromarray(f).resize((w, h), Image.BICUBIC)) for f in frames])
+
+
+def sample_indices(total_frames: int, fps: float, start: float, end: float, spec: MediaSpec) -> list[int]:
+    """Source frame indices sampled uniformly (segment midpoints) over ``[start, end]`` seconds."""
+    first = min(max(0, int(math.floor(start * fps))), total_frames - 1)
+    last = min(total_frames - 1, max(first, int(math.ceil(end * fps)) - 1))
+    span = last - first + 1
+    if spec.num_frames is not None:
+        count = spec.num_frames
+    else:
+        count = round((span / fps) * spec.fps)
+    count = max(spec.min_frames, min(spec.max_frames, count))
+    # Midpoints of `count` equal segments; repeats are fine when the span is shorter than `count`.
+    return [first + min(span - 1, int((i + 0.5) * span / count)) for i in range(count)]
+
+
+def _decode_decord(path: str, start: float, end: float, spec: MediaSpec) -> Clip:
+    import decord
+
+    reader = decord.VideoReader(path, num_threads=1)
+    fps = float(reader.get_avg_fps())
+    indices = sample_indices(len(reader), fps, start, end, spec)
+    frames = reader.get_batch(indices).asnumpy()
+    return Clip(frames, fps, indices, indices[-1] - indices[0] + 1)
+
+
+def _decode_pyav(path: str, start: float, end: float, spec: MediaSpec) -> Clip:
+    import av
+
+    with av.open(path) as container:
+        stream = container.streams.video[0]
+        fps = float(stream.average_rate)
+        all_frames = [f.to_ndarray(format="rgb24") for f in container.decode(stream)]
+    indices = sample_indices(len(all_frames), fps, start, end, spec)
+    return Clip(np.stack([all_frames[i] for i in indices]), fps, indices, indices[-1] - indices[0] + 1)
+
+
+_DECODERS = {"decord": _decode_decord, "pyav": _decode_pyav}
+# One long-lived pool: a decode that hangs past its timeout is abandoned here, not waited for.
+_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="decode")
+
+
+def decode_span(path: str | Path, start: float, end: float, spec: MediaSpec) -> Clip:
+    """Decode the spec's frames of ``[start, end]`` seconds of a video, resized to the pixel budget.
+
+    Raises:
+        DecodeError: the file is missing, empty, corrupt, or decoding exceeded ``spec.timeout_s``.
+    """
+    path = str(path)
+    if not os.path.isfile(path):
+        raise DecodeError(path, "file not found")
+    if os.path.getsize(path) == 0:
+        raise DecodeError(path, "file is empty (0 bytes)")
+    if end < start:
+        raise DecodeError(path, f"span end {end} s is before start {start} s")
+    future = _POOL.submit(_DECODERS[spec.decoder], path, start, end, spec)
+    try:
+        clip = future.result(timeout=spec.timeout_s)
+    except FutureTimeout:
+        raise DecodeError(path, f"decoding took longer than {spec.timeout_s} s") from None
+    except Exception as exc:  # decoders raise library-specific types; we report one type with the file
+        raise DecodeError(
+            path, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from exc
+    clip.frames = resize_frames(clip.frames, spec.max_pixels)
+    return clip
+
+
+def load_image(path: str | Path, spec: MediaSpec) -> np.ndarray:
+    """Load a still image (a visual-prompt frame) as uint8[H, W, 3] within the image pixel budget."""
+    try:
+        with Image.open(path) as img:
+            array = np.asarray(img.convert("RGB"))
+    except (OSError, ValueError) as exc:
+        raise DecodeError(str(path), f"cannot read image: {exc}") from exc
+    return resize_frames(array[None], spec.image_max_pixels)[0]
+
+
+class FrameCache:
+    """Decoded clips on disk, keyed by (file identity, span, media spec fingerprint).
+
+    A second epoch or another checkpoint evaluation loads ``.npz`` files instead of decoding.
+    The key includes the file's size and mtime so a replaced video is decoded again.
+    """
+
+    def __init__(self, root: str | Path | None):
+        self.root = Path(root) if root else None
+
+    def _key(self, path: str, start: float, end: float, spec: MediaSpec) -> str:
+        stat = os.stat(path)
+        file_id = f"{os.path.abspath(path)}|{stat.st_size}|{stat.st_mtime_ns}"
+        ident = f"{file_id}|{start:.3f}|{end:.3f}|{spec.fingerprint}"
+        return hashlib.sha1(ident.encode()).hexdigest()
+
+    def clip(self, path: str | Path, start: float, end: float, spec: MediaSpec) -> Clip:
+        """The clip for a span, from the cache when present, else decoded and stored."""
+        path = str(path)
+        if self.root is None or not os.path.isfile(path):
+            return decode_span(path, start, end, spec)
+        key = self._key(path, start, end, spec)
+        file = self.root / key[:2] / f"{key}.npz"
+        if file.exists():
+            with np.load(file) as data:
+                return Clip(
+                    data["frames"], float(data["fps"]), data["indices"].tolist(), int(data["span_frames"])
+                )
+        clip = decode_span(path, start, end, spec)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        # Write then rename, so a killed run never leaves a half-written cache entry.
+        with tempfile.NamedTemporaryFile(dir=file.parent, suffix=".tmp", delete=False) as tmp:
+            np.savez(
+                tmp,
+                frames=clip.frames,
+                fps=clip.fps,
+                indices=np.asarray(clip.indices),
+                span_frames=clip.span_frames,
+            )
+        os.replace(tmp.name, file)
+        return clip

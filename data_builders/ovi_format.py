@@ -1,0 +1,211 @@
+"""Our OVIBench row format and its loader.
+
+Nothing of OVIBench is released (no data, no code), so this schema is **ours**, built from the paper:
+one JSON object per line in ``<root>/ovibench.jsonl``, videos under ``<root>/videos/``::
+
+    id                  unique string
+    video_path          relative to root, e.g. "videos/v_abc.mp4"
+    duration            video length in seconds
+    source, source_id   provenance: source dataset and the video's id there
+    segment             [start, end] seconds of the source segment the item was built from
+    question_time       t_q: the question arrives; the video is visible on [0, t_q]
+    question            the user's question
+    answer              the full original answer
+    interruption_time   t_i >= t_q: the user interrupts; frames (t_q, t_i] arrive with the interruption
+    partial_answer      the answer as spoken up to t_i
+    interruption_type   "Cancellation" | "False Trigger" | "Correction"
+    interruption        the user's interrupting utterance
+    reference_reaction  the right reaction after the interruption
+    format              "mcq" | "open"
+    options             mcq only: 4 candidate continuations
+    answer_letter       mcq only: the letter of the right continuation
+
+A row becomes a four-turn :class:`~data_builders.sample.Sample`: question over video [0, t_q],
+partial answer (no loss: it is given, not predicted), interruption with video (t_q, t_i], reaction
+(the target: ``"B (Correction)"`` for mcq, the reference reaction for open).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from data_builders.sample import Part, Sample, Turn
+from data_builders.v2p_format import DataErrors, read_jsonl, write_jsonl_atomic
+
+OVI_FILE = "ovibench.jsonl"
+OVI_TYPES = ("Cancellation", "False Trigger", "Correction")
+FORMATS = ("mcq", "open")
+MCQ_INSTRUCTION = (
+    "Choose the best continuation of your answer and name the interruption type (Cancellation, False "
+    'Trigger or Correction). Reply with the letter, then the type in parentheses, e.g. "A (Correction)".'
+)
+LETTERS = "ABCD"
+_STRINGS = (
+    "id",
+    "video_path",
+    "source",
+    "source_id",
+    "question",
+    "answer",
+    "partial_answer",
+    "interruption_type",
+    "interruption",
+    "reference_reaction",
+    "format",
+)
+_NUMBERS = ("duration", "question_time", "interruption_time")
+# Times are rounded to milliseconds when written; allow that much slack against the duration.
+_EPS = 1e-3
+
+
+def mcq_options_text(options: list[str]) -> str:
+    """``A: ...`` lines, one per option."""
+    return "\n".join(f"{LETTERS[i]}: {text}" for i, text in enumerate(options))
+
+
+def ovi_target(row: dict[str, Any]) -> str:
+    """The assistant's final turn: ``"B (Correction)"`` for mcq, the reference reaction for open."""
+    if row["format"] == "mcq":
+        return f"{row['answer_letter']} ({row['interruption_type']})"
+    return row["reference_reaction"]
+
+
+def ovi_row_to_sample(row: dict[str, Any], root: str | Path) -> Sample:
+    """Turn one (valid) OVIBench row into a sample; video paths are joined onto ``root``."""
+    video = str(Path(root) / row["video_path"])
+    t_q, t_i = float(row["question_time"]), float(row["interruption_time"])
+    interruption = row["interruption"]
+    if row["format"] == "mcq":
+        interruption += "\n" + MCQ_INSTRUCTION + "\n" + mcq_options_text(row["options"])
+    # When the question comes at the video's end, t_i == t_q and no new frames arrive: the
+    # interruption turn then has no video part rather than an empty span.
+    new_frames = [Part.video(video, t_q, t_i)] if t_i > t_q else []
+    turns = [
+        Turn("user", [Part.video(video, 0.0, t_q), Part.txt(row["question"])]),
+        Turn("assistant", [Part.txt(row["partial_answer"])], loss=False),
+        Turn("user", [*new_frames, Part.txt(interruption)]),
+        Turn("assistant", [Part.txt(ovi_target(row))], loss=True),
+    ]
+    meta = {
+        "format": row["format"],
+        "interruption_type": row["interruption_type"],
+        "options": row.get("options"),
+        "question": row["question"],
+        "reference_reaction": row["reference_reaction"],
+        "duration": float(row["duration"]),
+        "question_time": t_q,
+        "interruption_time": t_i,
+    }
+    if row["format"] == "mcq":
+        meta["answer_letter"] = row["answer_letter"]
+    start, end = row["segment"]
+    return Sample(
+        id=row["id"],
+        task="ovi",
+        turns=turns,
+        source=row["source"],
+        source_id=row["source_id"],
+        segment=(float(start), float(end)),
+        meta=meta,
+    )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_ovi_row(row: dict[str, Any], number: int) -> list[str]:
+    """Schema and consistency problems of one row, each naming the row and the field."""
+    where = f"row {number}, field"
+    problems = [f"{where} '{k}': expected a string" for k in _STRINGS if not isinstance(row.get(k), str)]
+    problems += [f"{where} '{k}': expected a number" for k in _NUMBERS if not _is_number(row.get(k))]
+    segment = row.get("segment")
+    if not (isinstance(segment, list) and len(segment) == 2 and all(map(_is_number, segment))):
+        problems.append(f"{where} 'segment': expected [start, end] seconds")
+    if problems:
+        return problems
+    if row["interruption_type"] not in OVI_TYPES:
+        problems.append(f"{where} 'interruption_type': {row['interruption_type']!r} not in {OVI_TYPES}")
+    problems += _check_times(row, where)
+    if row["format"] not in FORMATS:
+        problems.append(f"{where} 'format': {row['format']!r} not in {FORMATS}")
+    elif row["format"] == "mcq":
+        problems += _check_mcq(row, where)
+    return problems
+
+
+def _check_times(row: dict[str, Any], where: str) -> list[str]:
+    duration, t_q, t_i = row["duration"], row["question_time"], row["interruption_time"]
+    (start, end), problems = row["segment"], []
+    if duration <= 0:
+        problems.append(f"{where} 'duration': must be positive, got {duration}")
+    for name, value in (("question_time", t_q), ("interruption_time", t_i)):
+        if value < 0 or value > duration + _EPS:
+            problems.append(f"{where} '{name}': {value} outside the video [0, {duration}]")
+    if t_i < t_q:
+        problems.append(f"{where} 'interruption_time': {t_i} is before question_time {t_q}")
+    if not 0 <= start <= end <= duration + _EPS:
+        problems.append(f"{where} 'segment': [{start}, {end}] is negative, reversed or beyond {duration}")
+    return problems
+
+
+def _check_mcq(row: dict[str, Any], where: str) -> list[str]:
+    options = row.get("options")
+    if not (isinstance(options, list) and len(options) == 4 and all(isinstance(o, str) for o in options)):
+        return [f"{where} 'options': mcq needs a list of 4 strings"]
+    if len(set(options)) != 4:
+        return [f"{where} 'options': options must be distinct"]
+    letter = row.get("answer_letter")
+    if letter not in LETTERS:
+        return [f"{where} 'answer_letter': {letter!r} is not among options A, B, C, D"]
+    if options[LETTERS.index(letter)] != row["reference_reaction"]:
+        return [f"{where} 'answer_letter': option {letter} differs from reference_reaction"]
+    return []
+
+
+def _check_rows(rows: list[tuple[int, dict[str, Any]]], root: Path | None) -> list[str]:
+    problems, seen = [], {}
+    for number, row in rows:
+        row_problems = check_ovi_row(row, number)
+        if not row_problems and root is not None and not (root / row["video_path"]).is_file():
+            row_problems.append(f"row {number}, field 'video_path': file not found: {row['video_path']}")
+        row_id = row.get("id")
+        if isinstance(row_id, str) and row_id in seen:
+            row_problems.append(f"row {number}, field 'id': duplicate of row {seen[row_id]}")
+        if isinstance(row_id, str):
+            seen.setdefault(row_id, number)
+        problems += row_problems
+    return problems
+
+
+def load_ovibench(root: str | Path, *, require_files: bool = True) -> list[Sample]:
+    """Load ``<root>/ovibench.jsonl`` as samples after validating every row.
+
+    Raises:
+        DataErrors: listing every bad row (line number and field) before any sample is built.
+    """
+    root = Path(root)
+    path = root / OVI_FILE
+    problems: list[str] = []
+    rows = read_jsonl(path, problems)
+    problems += _check_rows(rows, root if require_files else None)
+    if problems:
+        raise DataErrors(path, problems)
+    return [ovi_row_to_sample(row, root) for _, row in rows]
+
+
+def write_ovibench(rows: Iterable[dict[str, Any]], root: str | Path) -> Path:
+    """Validate ``rows`` (schema only) and write ``<root>/ovibench.jsonl`` atomically.
+
+    Raises:
+        DataErrors: when a row breaks the schema; "row N" is then the 1-based position in ``rows``.
+    """
+    path = Path(root) / OVI_FILE
+    rows = list(rows)
+    problems = _check_rows(list(enumerate(rows, start=1)), None)
+    if problems:
+        raise DataErrors(path, problems)
+    write_jsonl_atomic(path, rows)
+    return path

@@ -1,0 +1,494 @@
+"""OVI-Train (and the synthetic OVIBench) from ActivityNet-Captions-format annotations.
+
+Following the paper's pipeline, with templates where it uses a VLM: caption segments are the scenes;
+each scene gets a question whose answer is grounded in the segment (the question arrives at the
+segment's end, so the evidence has been seen); the answer is cut at a word offset between 30% and
+70%, and an interruption of one of the three types is inserted there, timed at a fixed speaking
+rate. The reference reaction is a stop acknowledgement (Cancellation), the rest of the answer
+(False Trigger) or the answer to the corrected question (Correction). Each instance is written in
+open and/or multiple-choice form, as rows of :mod:`data_builders.ovi_format`.
+
+Objects are found with a closed colour/shape vocabulary (the synthetic world's captions, and simple
+real ones such as "a red circle ..."); other captions get time-window questions only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from data_builders.errors import DataError
+from data_builders.ovi_format import FORMATS, LETTERS, OVI_TYPES, load_ovibench, write_ovibench
+from data_builders.v2p_format import DataErrors, crosstab_markdown, link_or_copy
+
+DEFAULT_MIX = {"Cancellation": 1, "Correction": 2, "False Trigger": 1}
+CANCELLATION_UTTERANCES = (
+    "Stop, never mind.",
+    "Okay, that's enough.",
+    "Never mind, you can stop.",
+    "That's enough, thanks.",
+    "Stop please, I don't need the rest.",
+)
+CANCELLATION_ACKS = ("Okay, I'll stop here.", "Sure, stopping now.", "Alright, I'll stop.", "Okay, stopping.")
+FALSE_TRIGGER_UTTERANCES = (
+    "Uh-huh.",
+    "Mm-hmm.",
+    "Hold on honey, I'm on a call.",
+    "Yeah, I'll be right there!",
+    "Sorry, that was the TV.",
+    "Right.",
+)
+CORRECTION_OBJECT = (
+    "Sorry, I meant the {}.",
+    "Wait, I meant the {}, not that one.",
+    "No, I was asking about the {}.",
+)
+CORRECTION_TIME = ("Sorry, I meant between {} s and {} s.", "Wait, I meant the part from {} s to {} s.")
+_FALLBACK_DISTRACTORS = ("I can't tell from the video.", "Could you repeat the question?")
+# Closed vocabularies for spotting objects in captions ("a red circle", "the blue car").
+COLOUR_WORDS = tuple("red orange yellow green blue purple pink brown black white grey".split())
+SHAPE_WORDS = tuple("circle square triangle rectangle star diamond hexagon ball box car".split())
+_MENTION = re.compile(rf"\b(?:a|an|the) ((?:{'|'.join(COLOUR_WORDS)}) (?:{'|'.join(SHAPE_WORDS)}))\b", re.I)
+
+
+@dataclass(frozen=True)
+class Caption:
+    """One caption segment of one video, in seconds."""
+
+    key: str
+    index: int
+    start: float
+    end: float
+    sentence: str
+
+
+@dataclass(frozen=True)
+class CaptionedVideo:
+    """A video's duration and its valid caption segments."""
+
+    key: str
+    duration: float
+    captions: list[Caption]
+
+
+def load_activitynet_captions(path: str | Path) -> tuple[list[CaptionedVideo], list[str]]:
+    """Read ActivityNet Captions JSON: ``{"v_<id>": {duration, timestamps, sentences}}``.
+
+    A malformed file or entry raises; a bad segment (negative, reversed, empty, beyond the duration,
+    empty sentence) is quarantined with its reason, and the rest of the video is kept.
+
+    Returns:
+        ``(videos, quarantined)``; each quarantine reason names the video key and segment index.
+
+    Raises:
+        DataError / DataErrors: unreadable JSON, or entries of the wrong structure (all listed).
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise DataError(str(path), f"cannot read captions JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise DataError(str(path), "expected an object keyed by video id")
+    problems = [p for key, entry in data.items() for p in _entry_problems(key, entry)]
+    if problems:
+        raise DataErrors(path, problems)
+    videos, quarantined = [], []
+    for key, entry in data.items():
+        captions = []
+        for i, ((start, end), sentence) in enumerate(
+            zip(entry["timestamps"], entry["sentences"], strict=True)
+        ):
+            reason = _segment_problem(float(start), float(end), sentence, float(entry["duration"]))
+            if reason:
+                quarantined.append(f"{key}[{i}]: {reason}")
+            else:
+                captions.append(Caption(key, i, float(start), float(end), _clean(sentence)))
+        videos.append(CaptionedVideo(key, float(entry["duration"]), captions))
+    return videos, quarantined
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _entry_problems(key: str, entry: Any) -> list[str]:
+    where = f"video {key!r}, field"
+    if not isinstance(entry, dict):
+        return [f"video {key!r}: expected an object"]
+    problems = []
+    if not _is_number(entry.get("duration")) or entry["duration"] <= 0:
+        problems.append(f"{where} 'duration': expected a positive number")
+    stamps, sentences = entry.get("timestamps"), entry.get("sentences")
+    if not isinstance(stamps, list) or not isinstance(sentences, list):
+        return [*problems, f"{where} 'timestamps'/'sentences': expected two lists"]
+    if len(stamps) != len(sentences):
+        problems.append(f"{where} 'sentences': {len(sentences)} sentences for {len(stamps)} timestamps")
+    for i, stamp in enumerate(stamps):
+        if not (isinstance(stamp, list) and len(stamp) == 2 and all(map(_is_number, stamp))):
+            problems.append(f"{where} 'timestamps[{i}]': expected [start, end] seconds, got {stamp!r}")
+    for i, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            problems.append(f"{where} 'sentences[{i}]': expected a string")
+    return problems
+
+
+def _segment_problem(start: float, end: float, sentence: str, duration: float) -> str | None:
+    if start < 0:
+        return f"negative start {start}"
+    if end <= start:
+        return f"empty or reversed segment [{start}, {end}]"
+    if end > duration:
+        return f"segment end {end} beyond the duration {duration}"
+    if not sentence.strip():
+        return "empty sentence"
+    return None
+
+
+def _clean(sentence: str) -> str:
+    """Strip, drop the final period, and lower-case a capitalised first word ("A man" -> "a man").
+
+    Captions are joined into answers ("A man ... and a dog ..."); acronyms and "I" stay.
+    """
+    text = sentence.strip().rstrip(".").strip()
+    word = text.split(" ", 1)[0]
+    if word != "I" and word[:1].isupper() and (len(word) == 1 or word[1:].islower()):
+        return text[0].lower() + text[1:]
+    return text
+
+
+def _as_sentence(text: str) -> str:
+    return text[0].upper() + text[1:] + "."
+
+
+def _secs(value: float) -> str:
+    return f"{value:.1f}"
+
+
+@dataclass(frozen=True)
+class _QA:
+    """A template question, its answer, and the evidence the answer rests on."""
+
+    question: str
+    answer: str
+    captions: frozenset[int]  # indices of the captions the answer is built from
+    names: frozenset[str]  # objects the answer mentions
+    end: float  # when all its evidence has been seen
+    name: str | None = None  # the object asked about; None for a time-window question
+    window: tuple[str, str] = ("", "")  # the time window asked about, for a time-window question
+
+
+@dataclass(frozen=True)
+class _Scene:
+    """A question asked at the end of ``caption`` (which also gives the row's segment)."""
+
+    video: CaptionedVideo
+    caption: Caption
+    qa: _QA
+    video_qas: tuple[_QA, ...]  # every question the video supports: corrections and wrong options
+
+
+def _mentions(sentence: str) -> frozenset[str]:
+    return frozenset(m.group(1).lower() for m in _MENTION.finditer(sentence))
+
+
+def _video_qas(video: CaptionedVideo) -> list[_QA]:
+    """A time-window question per distinct window, and "Describe what the X does." per object.
+
+    Captions sharing a window are answered together; an object is described by its longest caption.
+    """
+    windows: dict[tuple[str, str], list[Caption]] = {}
+    for cap in video.captions:
+        windows.setdefault((_secs(cap.start), _secs(cap.end)), []).append(cap)
+    qas = []
+    for (start, end), caps in windows.items():
+        question = f"What happens in the video between {start} s and {end} s?"
+        answer = _as_sentence(" and ".join(c.sentence for c in caps))
+        names = frozenset().union(*(_mentions(c.sentence) for c in caps))
+        qas.append(
+            _QA(question, answer, frozenset(c.index for c in caps), names, caps[0].end, window=(start, end))
+        )
+    longest: dict[str, Caption] = {}
+    for cap in video.captions:
+        for name in _mentions(cap.sentence):
+            if name not in longest or cap.end - cap.start > longest[name].end - longest[name].start:
+                longest[name] = cap
+    for name, cap in longest.items():
+        text = _MENTION.sub(lambda m: "the " + m.group(1).lower(), cap.sentence, count=1)
+        answer = _as_sentence(text)
+        qas.append(
+            _QA(
+                f"Describe what the {name} does.",
+                answer,
+                frozenset([cap.index]),
+                _mentions(answer),
+                cap.end,
+                name,
+            )
+        )
+    return qas
+
+
+def _scenes(video: CaptionedVideo, qas: list[_QA], rng: np.random.Generator) -> list[_Scene]:
+    """One question per distinct caption window: about the window, or (half the time) an object in it."""
+    by_index = {cap.index: cap for cap in video.captions}
+    scenes = []
+    for window in (qa for qa in qas if qa.name is None):
+        objects = [qa for qa in qas if qa.name is not None and qa.captions <= window.captions]
+        chosen = objects[int(rng.integers(len(objects)))] if objects and rng.random() < 0.5 else window
+        scenes.append(_Scene(video, by_index[min(chosen.captions)], chosen, tuple(qas)))
+    return scenes
+
+
+def _correction(scene: _Scene, t_i: float, rng: np.random.Generator) -> tuple[str, _QA] | None:
+    """A switch to another question of the same kind, answerable from the video up to ``t_i``."""
+    asked = scene.qa
+    candidates = [
+        qa
+        for qa in scene.video_qas
+        if (qa.name is None) == (asked.name is None)
+        and qa.end <= t_i
+        and not qa.captions & asked.captions
+        and (qa.name is None or qa.name != asked.name)
+    ]
+    if not candidates:
+        return None
+    qa = candidates[int(rng.integers(len(candidates)))]
+    if qa.name is not None:
+        return _pick(CORRECTION_OBJECT, rng).format(qa.name), qa
+    return _pick(CORRECTION_TIME, rng).format(*qa.window), qa
+
+
+def _pick(options: Sequence[str], rng: np.random.Generator) -> str:
+    return options[int(rng.integers(len(options)))]
+
+
+def mix_shares(mix: Mapping[str, float] | Sequence[float]) -> dict[str, float]:
+    """Normalise a type mix; a sequence is read as (Cancellation, Correction, False Trigger)."""
+    if not isinstance(mix, Mapping):
+        if len(mix) != 3:
+            raise ValueError(f"mix needs 3 weights (Cancellation, Correction, False Trigger), got {mix}")
+        mix = dict(zip(("Cancellation", "Correction", "False Trigger"), mix, strict=True))
+    if set(mix) != set(OVI_TYPES) or min(mix.values()) < 0 or sum(mix.values()) <= 0:
+        raise ValueError(f"mix needs non-negative weights for {OVI_TYPES}, got {mix}")
+    total = sum(mix.values())
+    return {t: mix[t] / total for t in OVI_TYPES}
+
+
+def _choose_type(
+    feasible: list[str], shares: dict[str, float], counts: Counter, rng: np.random.Generator
+) -> str | None:
+    # The type furthest behind its target share wins, so the mix holds even when Correction is
+    # sometimes impossible; ties are broken at random.
+    n = sum(counts.values()) + 1
+    deficit = {t: shares[t] * n - counts[t] for t in feasible if shares[t] > 0}
+    if not deficit:
+        return None
+    best = max(deficit.values())
+    return _pick([t for t in deficit if deficit[t] == best], rng)
+
+
+def _instance(
+    scene: _Scene, shares: dict, counts: Counter, wps: float, rng: np.random.Generator
+) -> dict | None:
+    """Cut the answer, choose the interruption type and build the reference reaction.
+
+    Returns:
+        The instance's row fields, or None when no type of the mix fits (a mix of only
+        Correction on a scene with nothing else seen by the interruption).
+    """
+    words = scene.qa.answer.split()
+    cut = min(max(1, round(rng.uniform(0.3, 0.7) * len(words))), len(words) - 1)
+    t_q = round(scene.caption.end, 3)
+    # Spoken at a fixed rate from t_q, but never past the end of the video.
+    t_i = max(t_q, round(min(scene.video.duration, t_q + cut / wps), 3))
+    correction = _correction(scene, t_i, rng)
+    kind = _choose_type([t for t in OVI_TYPES if t != "Correction" or correction], shares, counts, rng)
+    if kind is None:
+        return None
+    counts[kind] += 1
+    rest = " ".join(words[cut:])
+    if kind == "Cancellation":
+        utterance, reaction = _pick(CANCELLATION_UTTERANCES, rng), _pick(CANCELLATION_ACKS, rng)
+    elif kind == "False Trigger":
+        utterance, reaction = _pick(FALSE_TRIGGER_UTTERANCES, rng), rest
+    else:
+        utterance, reaction = correction[0], correction[1].answer
+    return {
+        "question_time": t_q,
+        "question": scene.qa.question,
+        "answer": scene.qa.answer,
+        "interruption_time": t_i,
+        "partial_answer": " ".join(words[:cut]),
+        "interruption_type": kind,
+        "interruption": utterance,
+        "reference_reaction": reaction,
+        "_distractors": _distractors(
+            scene, reaction, rest, correction[1] if kind == "Correction" else None, rng
+        ),
+    }
+
+
+def _distractors(
+    scene: _Scene, right: str, rest: str, corrected: _QA | None, rng: np.random.Generator
+) -> list[str]:
+    """Three wrong continuations: what the other types would have said, and a restart from scratch.
+
+    The "answer to something else" option never shares evidence with the asked or corrected question
+    and never names the corrected object, so exactly one option is right.
+    """
+    used = scene.qa.captions | (corrected.captions if corrected else frozenset())
+    avoid = corrected.names if corrected else frozenset()
+    unrelated = [qa.answer for qa in scene.video_qas if not qa.captions & used and not qa.names & avoid]
+    elsewhere = _pick(unrelated, rng) if unrelated else _FALLBACK_DISTRACTORS[0]
+    # Another stop acknowledgement would also be right for a Cancellation: offer one only otherwise.
+    ack = [] if right in CANCELLATION_ACKS else [_pick(CANCELLATION_ACKS, rng)]
+    candidates = [rest, *ack, elsewhere, scene.qa.answer, *_FALLBACK_DISTRACTORS]
+    chosen: list[str] = []
+    for text in candidates:
+        if text != right and text not in chosen and len(chosen) < 3:
+            chosen.append(text)
+    return chosen
+
+
+def _mcq_fields(instance: dict, letters: Counter, rng: np.random.Generator) -> dict[str, Any]:
+    """Options with the right continuation at the least-used letter (ties at random)."""
+    others = [instance["_distractors"][i] for i in rng.permutation(3)]
+    fewest = min(letters[x] for x in LETTERS)
+    letter = _pick([x for x in LETTERS if letters[x] == fewest], rng)
+    letters[letter] += 1
+    others.insert(LETTERS.index(letter), instance["reference_reaction"])
+    return {"options": others, "answer_letter": letter}
+
+
+def build_ovi_items(
+    captions_path: str | Path,
+    videos_dir: str | Path,
+    *,
+    seed: int,
+    mix: Mapping[str, float] | Sequence[float] = DEFAULT_MIX,
+    forms: Sequence[str] = FORMATS,
+    words_per_second: float = 2.5,
+    source: str = "activitynet",
+    video_prefix: str = "videos",
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Build OVIBench-format rows from captions; videos are ``<videos_dir>/<key>.mp4``.
+
+    Args:
+        mix: type weights, a mapping or ``(Cancellation, Correction, False Trigger)``.
+        forms: any of ``"open"``, ``"mcq"``; each instance is written once per form.
+        words_per_second: speaking rate mapping the answer's cut word to the interruption time.
+        source: provenance name stored in each row (e.g. ``"synthetic"`` for the synthetic world).
+        video_prefix: rows store ``<video_prefix>/<key>.mp4``, relative to the caller's root.
+
+    Returns:
+        ``(rows, quarantined)``: quarantine reasons for bad segments and missing videos.
+    """
+    if not set(forms) <= set(FORMATS) or not forms:
+        raise ValueError(f"forms must be a non-empty subset of {FORMATS}, got {forms}")
+    shares, rng = mix_shares(mix), np.random.default_rng(seed)
+    videos, quarantined = load_activitynet_captions(captions_path)
+    scenes = []
+    for video in videos:
+        if not (Path(videos_dir) / f"{video.key}.mp4").is_file():
+            quarantined.append(f"{video.key}: video not found in {videos_dir}")
+            continue
+        scenes += _scenes(video, _video_qas(video), rng)
+    type_counts, letters, rows = Counter(), Counter(), []
+    for i in rng.permutation(len(scenes)):
+        scene = scenes[i]
+        instance = _instance(scene, shares, type_counts, words_per_second, rng)
+        if instance is None:
+            quarantined.append(
+                f"{scene.video.key}[{scene.caption.index}]: no interruption type of the mix fits"
+            )
+            continue
+        base = {
+            "video_path": f"{video_prefix}/{scene.video.key}.mp4",
+            "duration": scene.video.duration,
+            "source": source,
+            "source_id": scene.video.key,
+            "segment": [scene.caption.start, scene.caption.end],
+            **{k: v for k, v in instance.items() if not k.startswith("_")},
+        }
+        for form in forms:
+            extra = _mcq_fields(instance, letters, rng) if form == "mcq" else {}
+            row_id = f"{source}-{scene.video.key}-{scene.caption.index:03d}-{form}"
+            rows.append({"id": row_id, **base, "format": form, **extra})
+    rows.sort(key=lambda r: r["id"])
+    return rows, quarantined
+
+
+def build_ovi_train(
+    captions_path: str | Path,
+    videos_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    seed: int,
+    mix: Mapping[str, float] | Sequence[float] = DEFAULT_MIX,
+    forms: Sequence[str] = FORMATS,
+    words_per_second: float = 2.5,
+    source: str = "activitynet",
+) -> Path:
+    """Write ``ovibench.jsonl``, ``videos/``, ``hf/``, ``stats.md`` and ``build_info.json`` to ``out_dir``.
+
+    Serves both OVI-Train and, on held-out videos, the synthetic OVIBench. Arguments as in
+    :func:`build_ovi_items`. The HF dataset holds what :func:`load_ovibench` makes of the written
+    files, so training sees exactly what the benchmark loader produces.
+
+    Returns:
+        ``out_dir``.
+    """
+    import datasets  # imported here: heavy, and only the final save needs it
+
+    out_dir = Path(out_dir)
+    settings = {
+        "mix": mix_shares(mix),
+        "forms": list(forms),
+        "words_per_second": words_per_second,
+        "source": source,
+    }
+    rows, quarantined = build_ovi_items(
+        captions_path,
+        videos_dir,
+        seed=seed,
+        mix=mix,
+        forms=forms,
+        words_per_second=words_per_second,
+        source=source,
+    )
+    if not rows:
+        raise DataError(str(captions_path), f"no usable caption segments ({len(quarantined)} quarantined)")
+    for key in sorted({r["source_id"] for r in rows}):
+        link_or_copy(Path(videos_dir) / f"{key}.mp4", out_dir / "videos" / f"{key}.mp4")
+    write_ovibench(rows, out_dir)
+    samples = load_ovibench(out_dir)
+    datasets.Dataset.from_list([s.to_row() for s in samples]).save_to_disk(str(out_dir / "hf"))
+    _write_reports(out_dir, rows, quarantined, seed=seed, captions=str(captions_path), settings=settings)
+    return out_dir
+
+
+def _write_reports(out_dir: Path, rows: list[dict], quarantined: list[str], **info: Any) -> None:
+    by_source = crosstab_markdown(((r["source"], r["interruption_type"]) for r in rows), "source")
+    by_form = crosstab_markdown(((r["format"], r["interruption_type"]) for r in rows), "format")
+    text = f"# OVI items\n\nInstances by source x type.\n\n{by_source}\n"
+    text += f"Instances by form x type.\n\n{by_form}\nQuarantined: {len(quarantined)}\n"
+    (out_dir / "stats.md").write_text(text, encoding="utf-8")
+    summary = {
+        **info,
+        "rows": len(rows),
+        "videos": len({r["source_id"] for r in rows}),
+        "by_type": dict(Counter(r["interruption_type"] for r in rows)),
+        "by_form": dict(Counter(r["format"] for r in rows)),
+        "quarantined": len(quarantined),
+        "quarantine_reasons": quarantined,
+    }
+    text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
+    (out_dir / "build_info.json").write_text(text, encoding="utf-8")

@@ -1,0 +1,28 @@
+"""Evaluate a model or a training checkpoint on V2P-Bench and OVIBench.
+
+    python -m eval model.name_or_path=Qwen/Qwen2.5-VL-7B-Instruct model.tiny=false media=qwen_64f \
+        data.build_synthetic=false eval.v2p_root=/data/V2P-Bench eval.benchmarks=[v2p]
+    python -m eval adapter=outputs/quickstart/checkpoints/checkpoint-300 run_name=quickstart_eval
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from train.config import EvalRunConfig, register_configs
+from train.entry import run_cli
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="eval")
+def main(cfg: DictConfig) -> None:
+    from eval.run import run
+
+    config: EvalRunConfig = OmegaConf.to_object(cfg)
+    run_cli(lambda: run(config))
+
+
+if __name__ == "__main__":
+    main()

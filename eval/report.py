@@ -1,0 +1,203 @@
+"""Render ``summary.json`` (see ``eval.summary.build_summary``) as a markdown report, and write both.
+
+Numbers are percentages with one decimal; deltas are percentage points with a sign and the paired 95%
+bootstrap interval. Per benchmark the report shows a headline table of the overall metrics for every
+checkpoint, then per-category tables comparing the baseline with the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from eval.scoring import DIMENSIONS, TASK_GROUPS
+
+BENCHMARK_TITLES = {"v2p": "V2P-Bench", "ovi": "OVIBench"}
+# Top-level summary keys rendered elsewhere than in the settings list.
+_STRUCTURAL_KEYS = ("baseline", "checkpoints", "benchmarks", "quarantine")
+# Category values in a meaningful order; other categories are sorted alphabetically.
+_VALUE_ORDER: dict[str, list[str]] = {
+    "dimension": [label for label, _ in DIMENSIONS.values()],
+    "duration": ["short", "medium", "long"],
+    "task_group": list(TASK_GROUPS),
+    "type": ["Cancellation", "False Trigger", "Correction"],
+}
+_MISSING = "–"
+
+
+def render_report(summary: dict[str, Any]) -> str:
+    """The markdown report for one run's summary."""
+    lines = ["# Evaluation report", "", _checkpoint_line(summary), ""]
+    lines += _settings_section(summary)
+    for benchmark, entry in summary["benchmarks"].items():
+        lines += _benchmark_section(summary, benchmark, entry)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_report(summary: dict[str, Any], run_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """Write ``summary.json`` and ``report.md`` into ``run_dir``, each atomically.
+
+    Returns:
+        ``(summary_path, report_path)``.
+    """
+    directory = Path(run_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    summary_path = _write_atomic(directory / "summary.json", json.dumps(summary, indent=2) + "\n")
+    report_path = _write_atomic(directory / "report.md", render_report(summary))
+    return summary_path, report_path
+
+
+def _write_atomic(path: Path, text: str) -> Path:
+    """Write via a temporary file in the same directory and ``os.replace``: no reader sees half a file."""
+    handle, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as tmp:
+            tmp.write(text)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------
+# Sections
+
+
+def _checkpoint_line(summary: dict[str, Any]) -> str:
+    checkpoints = summary.get("checkpoints", [])
+    if not checkpoints:
+        return "Baseline only: no checkpoints evaluated yet."
+    listed = ", ".join(f"{c['name']} (step {c['step']})" for c in checkpoints)
+    return f"Baseline (untuned) vs {len(checkpoints)} checkpoint(s): {listed}."
+
+
+def _settings_section(summary: dict[str, Any]) -> list[str]:
+    settings = {key: value for key, value in summary.items() if key not in _STRUCTURAL_KEYS}
+    if not settings:
+        return []
+    lines = ["## Run settings", ""]
+    for key, value in settings.items():
+        shown = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        lines.append(f"- **{key}**: `{shown}`")
+    return lines + [""]
+
+
+def _benchmark_section(summary: dict[str, Any], benchmark: str, entry: dict[str, Any]) -> list[str]:
+    title = BENCHMARK_TITLES.get(benchmark, benchmark)
+    lines = [f"## {title} (`{benchmark}`)", "", _status_line(summary, benchmark, entry), ""]
+    names = [c["name"] for c in summary.get("checkpoints", []) if _has_checkpoint(entry, c["name"])]
+    overall = {key: metric for key, metric in entry["metrics"].items() if "/" not in key}
+    lines += _headline_table(overall, names)
+    if names:
+        lines += _category_tables(entry["metrics"], names[-1])
+    return lines
+
+
+def _status_line(summary: dict[str, Any], benchmark: str, entry: dict[str, Any]) -> str:
+    parts = [f"{entry['n_items']} items"]
+    quarantined = summary.get("quarantine", {}).get(benchmark) or {}
+    if quarantined:
+        reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(quarantined.items()))
+        parts.append(f"quarantined: {sum(quarantined.values())} ({reasons})")
+    unjudged = entry.get("n_unjudged", 0)
+    if unjudged:
+        parts.append(f"open-ended items not judged: {unjudged} (excluded from every mean)")
+        if "judge" in summary:
+            parts.append(f"judge: {summary['judge']}")
+    return " · ".join(parts)
+
+
+def _has_checkpoint(entry: dict[str, Any], name: str) -> bool:
+    return any(name in metric["checkpoints"] for metric in entry["metrics"].values())
+
+
+def _headline_table(overall: dict[str, Any], names: list[str]) -> list[str]:
+    if not overall:
+        return ["No scored items.", ""]
+    header = ["Metric", "n", "Baseline", *names]
+    if names:
+        header += [f"Δ {names[-1]} [95% CI]", "McNemar p"]
+    rows = []
+    for key, metric in overall.items():
+        row = [key, str(metric["n"]), _percent(metric["baseline"])]
+        row += [_percent(_checkpoint_value(metric, name)) for name in names]
+        if names:
+            row += _delta_cells(metric["checkpoints"].get(names[-1]))
+        rows.append(row)
+    return ["### Overall", "", *_table(header, rows), ""]
+
+
+def _category_tables(metrics: dict[str, Any], last: str) -> list[str]:
+    """One table per (metric, category), baseline vs ``last``; tolerant variants are in the headline only."""
+    grouped: dict[tuple[str, str], dict[str, Any]] = {}
+    for key, metric in metrics.items():
+        if "/" not in key:
+            continue
+        name, category, value = key.split("/", 2)
+        if not name.endswith("_tolerant"):
+            grouped.setdefault((name, category), {})[value] = metric
+    lines: list[str] = []
+    for (name, category), by_value in grouped.items():
+        header = [category, "n", "Baseline", last, "Δ [95% CI]", "McNemar p"]
+        rows = [
+            [
+                value,
+                str(by_value[value]["n"]),
+                _percent(by_value[value]["baseline"]),
+                _percent(_checkpoint_value(by_value[value], last)),
+                *_delta_cells(by_value[value]["checkpoints"].get(last)),
+            ]
+            for value in _ordered_values(category, by_value)
+        ]
+        lines += [f"### {name} by {category} (baseline vs {last})", "", *_table(header, rows), ""]
+    return lines
+
+
+def _ordered_values(category: str, by_value: dict[str, Any]) -> list[str]:
+    preferred = [value for value in _VALUE_ORDER.get(category, []) if value in by_value]
+    return preferred + sorted(value for value in by_value if value not in preferred)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Cells
+
+
+def _checkpoint_value(metric: dict[str, Any], name: str) -> float | None:
+    result = metric["checkpoints"].get(name)
+    return None if result is None else result["value"]
+
+
+def _delta_cells(result: dict[str, Any] | None) -> list[str]:
+    if result is None or result.get("delta") is None:
+        return [_MISSING, _MISSING]
+    low, high = result["delta_ci95"]
+    interval = f"{_points(result['delta'])} [{_points(low)}, {_points(high)}]"
+    return [interval, _p_value(result["mcnemar_p"])]
+
+
+def _percent(value: float | None) -> str:
+    return _MISSING if value is None else f"{_round1(value * 100):.1f}"
+
+
+def _points(value: float) -> str:
+    return f"{_round1(value * 100):+.1f}"
+
+
+def _round1(value: float) -> float:
+    # Adding 0.0 turns the -0.0 that rounding a tiny negative gives into 0.0, so no "-0.0" is printed.
+    return round(value, 1) + 0.0
+
+
+def _p_value(p: float | None) -> str:
+    if p is None:
+        return _MISSING
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]

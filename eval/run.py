@@ -1,0 +1,47 @@
+"""Standalone evaluation of one model or training checkpoint (``python -m eval``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from data_builders.build import build_synthetic
+from data_builders.media import FrameCache
+from eval.evaluator import Evaluator
+from eval.metric_logging import make_logger
+from train.adapter import QwenVLAdapter
+from train.config import EvalRunConfig
+from train.models import load_model
+
+
+def run(cfg: EvalRunConfig) -> dict:
+    """Evaluate ``cfg.model`` (plus ``cfg.adapter`` when given) and write summary.json and report.md."""
+    if cfg.data.build_synthetic:
+        paths = build_synthetic(cfg.data.synthetic)
+        cfg.eval.v2p_root = cfg.eval.v2p_root or str(paths.v2p_bench)
+        cfg.eval.ovi_root = cfg.eval.ovi_root or str(paths.ovibench)
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cache = FrameCache(cfg.data.frame_cache)
+    logger = make_logger(
+        cfg.logger.wandb,
+        cfg.logger.mode,
+        cfg.logger.project,
+        cfg.logger.entity,
+        run_dir,
+        cfg.run_name,
+        OmegaConf.to_container(OmegaConf.structured(cfg)),
+    )
+    try:
+        model, processor = load_model(cfg.model)
+        name = "model"
+        if cfg.adapter:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, cfg.adapter)
+            name = Path(cfg.adapter).name
+        evaluator = Evaluator(cfg.eval, cfg.media, cache, run_dir, logger)
+        return evaluator.evaluate(model, QwenVLAdapter(processor, cfg.media, cache), name, step=0)
+    finally:
+        logger.finish()

@@ -1,0 +1,206 @@
+"""Metric tables per model and benchmark, and ``summary.json``: every checkpoint against the baseline.
+
+Input rows are scored records, one per benchmark item (see ``eval.scoring.scored_record``)::
+
+    {"id": str, "task": str, "scores": {"correct": 1.0, ...}, "categories": {"dimension": "OA", ...}}
+
+Metric keys are the overall metric names (``"accuracy"``, ``"accuracy_tolerant"``, ``"ma"``, ``"ca"``)
+and ``"<metric>/<category>/<value>"`` per category, e.g. ``"accuracy/dimension/OA"``. Every value is a
+micro average (correct items / items), never a mean of per-category means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from eval.stats import mcnemar_p, paired_bootstrap
+
+# Score names from eval.scoring -> metric names in tables and reports. Unlisted names pass through.
+METRIC_NAMES: dict[str, str] = {
+    "correct": "accuracy",
+    "correct_tolerant": "accuracy_tolerant",
+    "ma": "ma",
+    "ca": "ca",
+}
+
+BASELINE_NAME = "baseline"
+_RESERVED_KEYS = ("baseline", "checkpoints", "benchmarks")
+
+ScoredRecords = Sequence[dict[str, Any]]
+
+
+def metric_key(metric: str, category: str | None = None, value: str | None = None) -> str:
+    """``"accuracy"`` overall, or ``"accuracy/dimension/OA"`` for one category value."""
+    return metric if category is None else f"{metric}/{category}/{value}"
+
+
+def item_scores(records: ScoredRecords) -> dict[str, dict[str, float]]:
+    """Per metric key, the per-item scores ``{item id: score}``, in record order.
+
+    Records without scores (open-ended items awaiting a judge) contribute nothing.
+
+    Raises:
+        ValueError: when an item id occurs twice (it would be counted twice).
+    """
+    table: dict[str, dict[str, float]] = {}
+    seen: set[str] = set()
+    for record in records:
+        item_id = record["id"]
+        if item_id in seen:
+            raise ValueError(f"duplicate item id {item_id!r} in scored records")
+        seen.add(item_id)
+        for score_name, score in record["scores"].items():
+            metric = METRIC_NAMES.get(score_name, score_name)
+            table.setdefault(metric_key(metric), {})[item_id] = float(score)
+            for category, value in record.get("categories", {}).items():
+                table.setdefault(metric_key(metric, category, value), {})[item_id] = float(score)
+    return _overall_first(table)
+
+
+def _overall_first(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    overall = {key: scores for key, scores in table.items() if "/" not in key}
+    return overall | {key: scores for key, scores in table.items() if "/" in key}
+
+
+def aggregate(records: ScoredRecords) -> dict[str, dict[str, float | int]]:
+    """The metric table of one model on one benchmark: ``{metric key: {"value": mean, "n": items}}``."""
+    return {
+        key: {"value": sum(scores.values()) / len(scores), "n": len(scores)}
+        for key, scores in item_scores(records).items()
+    }
+
+
+def count_unjudged(records: ScoredRecords) -> int:
+    """Items with no scores at all: open-ended items the LLM judge has not scored (never zeros)."""
+    return sum(1 for record in records if not record["scores"])
+
+
+def build_summary(
+    baseline: dict[str, ScoredRecords],
+    checkpoints: Sequence[tuple[str, int, dict[str, ScoredRecords]]],
+    extra: dict[str, Any] | None = None,
+    *,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The content of ``summary.json``: every checkpoint's metrics next to the baseline's.
+
+    A checkpoint's ``value`` (and ``n``) cover all of its scored items. Its ``delta``, ``delta_ci95``
+    (paired bootstrap) and ``mcnemar_p`` cover only the items scored for both the baseline and the
+    checkpoint under that metric key, matched by item id (``n_paired`` of them); when the two item sets
+    are equal, ``delta == value - baseline``. With no common items these three are None. A benchmark
+    missing for a checkpoint is absent from its entries; a metric the baseline lacks has baseline None.
+
+    Args:
+        baseline: benchmark name -> scored records of the untuned model.
+        checkpoints: ``(name, step, {benchmark: scored records})`` in training order.
+        extra: top-level keys added as they are (media spec, generation settings, ``quarantine``,
+            ``judge``, ...).
+        n_resamples: bootstrap resamples per comparison.
+        seed: bootstrap seed, so re-running on the same results gives the same intervals.
+
+    Raises:
+        ValueError: on duplicate checkpoint names, duplicate item ids, or an ``extra`` key that would
+            overwrite ``baseline``, ``checkpoints`` or ``benchmarks``.
+    """
+    extra = extra or {}
+    clashes = [key for key in _RESERVED_KEYS if key in extra]
+    if clashes:
+        raise ValueError(f"extra must not set reserved summary keys: {clashes}")
+    names = [name for name, _, _ in checkpoints]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate checkpoint names: {names}")
+    benchmarks = _ordered_union([baseline, *(results for _, _, results in checkpoints)])
+    return {
+        "baseline": {"name": BASELINE_NAME, "step": 0},
+        "checkpoints": [{"name": name, "step": int(step)} for name, step, _ in checkpoints],
+        "benchmarks": {
+            benchmark: _benchmark_entry(benchmark, baseline, checkpoints, n_resamples, seed)
+            for benchmark in benchmarks
+        },
+        **extra,
+    }
+
+
+def _benchmark_entry(
+    benchmark: str,
+    baseline: dict[str, ScoredRecords],
+    checkpoints: Sequence[tuple[str, int, dict[str, ScoredRecords]]],
+    n_resamples: int,
+    seed: int,
+) -> dict[str, Any]:
+    base_records = baseline.get(benchmark, [])
+    base_scores = item_scores(base_records)
+    tuned = [
+        (name, step, item_scores(results[benchmark]))
+        for name, step, results in checkpoints
+        if benchmark in results
+    ]
+    metrics: dict[str, Any] = {}
+    for key in _ordered_union([base_scores, *(scores for _, _, scores in tuned)]):
+        reference = base_scores.get(key, {})
+        metrics[key] = {
+            "baseline": _mean(reference),
+            "n": len(reference),
+            "checkpoints": {
+                name: _comparison(int(step), reference, scores[key], n_resamples, seed)
+                for name, step, scores in tuned
+                if key in scores
+            },
+        }
+    return {"n_items": len(base_records), "n_unjudged": count_unjudged(base_records), "metrics": metrics}
+
+
+def _comparison(
+    step: int, reference: dict[str, float], scores: dict[str, float], n_resamples: int, seed: int
+) -> dict[str, Any]:
+    """One checkpoint's entry for one metric key, paired with the baseline by item id."""
+    common = [item_id for item_id in reference if item_id in scores]
+    entry: dict[str, Any] = {
+        "step": step,
+        "value": _mean(scores),
+        "n": len(scores),
+        "n_paired": len(common),
+        "delta": None,
+        "delta_ci95": None,
+        "mcnemar_p": None,
+    }
+    if common:
+        before = [reference[item_id] for item_id in common]
+        after = [scores[item_id] for item_id in common]
+        interval = paired_bootstrap(before, after, n_resamples=n_resamples, seed=seed, confidence=0.95)
+        entry["delta"] = interval["delta"]
+        entry["delta_ci95"] = [interval["ci_low"], interval["ci_high"]]
+        entry["mcnemar_p"] = mcnemar_p(before, after)
+    return entry
+
+
+def _mean(scores: dict[str, float]) -> float | None:
+    return sum(scores.values()) / len(scores) if scores else None
+
+
+def _ordered_union(mappings: Iterable[dict[str, Any]]) -> list[str]:
+    """Keys of all mappings, each once, in first-seen order."""
+    keys: dict[str, None] = {}
+    for mapping in mappings:
+        keys.update(dict.fromkeys(mapping))
+    return list(keys)
+
+
+def best_checkpoint(summary: dict[str, Any], benchmark: str, metric: str) -> str | None:
+    """Name of the checkpoint with the highest ``metric`` on ``benchmark`` (the earliest wins ties).
+
+    Returns None when the benchmark or metric is missing or no checkpoint has a value for it.
+    """
+    entry = summary.get("benchmarks", {}).get(benchmark, {}).get("metrics", {}).get(metric)
+    if not entry:
+        return None
+    best_name, best_value = None, None
+    for checkpoint in summary.get("checkpoints", []):
+        result = entry["checkpoints"].get(checkpoint["name"])
+        if result is None or result["value"] is None:
+            continue
+        if best_value is None or result["value"] > best_value:
+            best_name, best_value = checkpoint["name"], result["value"]
+    return best_name

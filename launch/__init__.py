@@ -1,0 +1,1 @@
+"""Multi-node launch (torchrun, deepspeed, SLURM). Never imports torch."""

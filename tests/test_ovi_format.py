@@ -1,0 +1,127 @@
+"""Our OVIBench row format: the sample a row becomes, and validation of bad rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from data_builders.ovi_format import MCQ_INSTRUCTION, load_ovibench, ovi_row_to_sample, write_ovibench
+from data_builders.sample import Sample
+from data_builders.v2p_format import DataErrors
+
+
+def _row(**overrides) -> dict:
+    row = {
+        "id": "x-1-open",
+        "video_path": "videos/v_a.mp4",
+        "duration": 10.0,
+        "source": "activitynet",
+        "source_id": "v_a",
+        "segment": [1.0, 4.0],
+        "question_time": 4.0,
+        "question": "What happens in the video between 1.0 s and 4.0 s?",
+        "answer": "Between 1.0 s and 4.0 s, a red circle moves up.",
+        "interruption_time": 5.2,
+        "partial_answer": "Between 1.0 s and",
+        "interruption_type": "False Trigger",
+        "interruption": "Uh-huh.",
+        "reference_reaction": "4.0 s, a red circle moves up.",
+        "format": "open",
+    }
+    row.update(overrides)
+    return row
+
+
+def _mcq(**overrides) -> dict:
+    options = ["Okay, I'll stop here.", "4.0 s, a red circle moves up.", "Between 0.0 s and 9.0 s, x.", "Hm."]
+    return _row(**{"id": "x-1-mcq", "format": "mcq", "options": options, "answer_letter": "B", **overrides})
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "videos").mkdir()
+    (tmp_path / "videos/v_a.mp4").write_bytes(b"x")  # presence is all the loader checks
+    return tmp_path
+
+
+def test_open_row_becomes_four_turns(root: Path):
+    sample = ovi_row_to_sample(_row(), root)
+    assert [t.role for t in sample.turns] == ["user", "assistant", "user", "assistant"]
+    assert [t.loss for t in sample.turns] == [False, False, False, True]
+    first, partial, interruption, target = sample.turns
+    video = first.parts[0]
+    assert (video.path, video.start, video.end) == (str(root / "videos/v_a.mp4"), 0.0, 4.0)
+    assert (interruption.parts[0].start, interruption.parts[0].end) == (4.0, 5.2)
+    assert partial.text == "Between 1.0 s and" and interruption.text == "Uh-huh."
+    assert target.text == "4.0 s, a red circle moves up."
+    assert (sample.task, sample.source, sample.source_id, sample.segment) == (
+        "ovi",
+        "activitynet",
+        "v_a",
+        (1.0, 4.0),
+    )
+    assert sample.meta["interruption_type"] == "False Trigger" and "answer_letter" not in sample.meta
+
+
+def test_mcq_row_lists_options_and_targets_letter_and_type(root: Path):
+    sample = ovi_row_to_sample(_mcq(), root)
+    text = sample.turns[2].text
+    assert text.startswith("Uh-huh.\n" + MCQ_INSTRUCTION + "\nA: Okay, I'll stop here.\nB: 4.0 s")
+    assert sample.turns[3].text == "B (False Trigger)"
+    assert sample.meta["answer_letter"] == "B" and len(sample.meta["options"]) == 4
+
+
+def test_no_empty_video_span_when_interrupted_at_the_end(root: Path):
+    sample = ovi_row_to_sample(_row(question_time=10.0, interruption_time=10.0, segment=[8.0, 10.0]), root)
+    assert [p.type for p in sample.turns[2].parts] == ["text"]
+
+
+def test_write_load_round_trip(root: Path):
+    write_ovibench([_row(), _mcq()], root)
+    samples = load_ovibench(root)
+    assert [s.id for s in samples] == ["x-1-open", "x-1-mcq"]
+    for sample in samples:
+        assert Sample.from_row(json.loads(json.dumps(sample.to_row()))) == sample
+
+
+def test_every_bad_row_is_listed(root: Path):
+    lines = [
+        json.dumps(_row(id="ok")),
+        "not json",
+        json.dumps(_row(id="r3", interruption_type="Interruption")),
+        json.dumps(_row(id="r4", question_time=-1.0)),
+        json.dumps(_row(id="r5", interruption_time=3.0)),
+        json.dumps(_row(id="r6", interruption_time=11.0)),
+        json.dumps(_mcq(id="r7", answer_letter="E")),
+        json.dumps(_row(id="r8", video_path="videos/missing.mp4")),
+        json.dumps({k: v for k, v in _row(id="r9").items() if k != "partial_answer"}),
+        json.dumps(_mcq(id="r10", options=["a", "b"])),
+    ]
+    (root / "ovibench.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataErrors) as caught:
+        load_ovibench(root)
+    expected = {
+        2: "malformed JSON",
+        3: "field 'interruption_type'",
+        4: "field 'question_time'",
+        5: "field 'interruption_time': 3.0 is before question_time",
+        6: "field 'interruption_time': 11.0 outside the video",
+        7: "field 'answer_letter'",
+        8: "field 'video_path': file not found",
+        9: "field 'partial_answer'",
+        10: "field 'options'",
+    }
+    problems = caught.value.problems
+    for line, text in expected.items():
+        assert any(p.startswith(f"row {line},") or p.startswith(f"row {line}:") for p in problems), line
+        assert any(p.startswith(f"row {line}") and text in p for p in problems), (line, problems)
+    assert not any(p.startswith("row 1,") for p in problems)
+    assert "ovibench.jsonl" in str(caught.value)
+
+
+def test_write_refuses_bad_rows(tmp_path: Path):
+    with pytest.raises(DataErrors, match="row 2, field 'format'"):
+        write_ovibench([_row(), _row(id="b", format="essay")], tmp_path)
+    assert not (tmp_path / "ovibench.jsonl").exists()

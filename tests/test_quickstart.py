@@ -1,0 +1,103 @@
+"""The quickstart at reduced size, end to end: build → LoRA training → both benchmarks → summary and W&B."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from wandb_records import history
+
+from train.config import register_configs
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def small_quickstart(tmp_path, *extra):
+    register_configs()
+    overrides = [
+        "+exp=quickstart",
+        f"output_root={tmp_path}",
+        "trainer.max_steps=6",
+        "trainer.save_steps=3",
+        "trainer.batch_size=4",
+        "trainer.logging_steps=2",
+        "data.synthetic.train_videos=4",
+        "data.synthetic.eval_videos=3",
+        "data.synthetic.vp_questions_per_video=2",
+        "eval.limit=6",
+        *extra,
+    ]
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        return OmegaConf.to_object(compose("train", overrides=overrides))
+
+
+@pytest.fixture(scope="module")
+def quickstart_run(tmp_path_factory):
+    from train.recipe import run
+
+    cfg = small_quickstart(tmp_path_factory.mktemp("quickstart"))
+    return cfg, run(cfg)
+
+
+def _untrained_copy(cfg):
+    """The model exactly as the run built it before step 1 (same seed, same code path)."""
+    from transformers import set_seed
+
+    from train.models import load_model
+    from train.recipe import apply_peft
+
+    set_seed(cfg.trainer.seed)
+    model, _ = load_model(cfg.model)
+    return apply_peft(model, cfg.peft)
+
+
+@pytest.mark.slow
+def test_lora_and_saved_modules_changed_frozen_weights_did_not(quickstart_run):
+    cfg, result = quickstart_run
+    before = dict(_untrained_copy(cfg).named_parameters())
+    after = dict(result.model.named_parameters())
+    assert before.keys() == after.keys()
+    trainable = {n for n, p in after.items() if p.requires_grad}
+    assert any("lora_A" in n for n in trainable) and any("modules_to_save" in n for n in trainable)
+    assert not any(".visual.blocks" in n for n in trainable), "the vision tower must stay frozen"
+    for name, param in after.items():
+        if name in trainable:
+            assert not torch.equal(param, before[name]), f"{name} did not change"
+        else:
+            assert torch.equal(param, before[name]), f"frozen {name} changed"
+
+
+@pytest.mark.slow
+def test_metrics_and_deltas_reach_summary_report_and_wandb(quickstart_run):
+    cfg, result = quickstart_run
+    run_dir = Path(cfg.run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary == result.summary
+    assert [c["name"] for c in summary["checkpoints"]] == ["checkpoint-3", "checkpoint-6"]
+    for bench, metric in (("v2p", "accuracy"), ("ovi", "ca"), ("ovi", "ma")):
+        entry = summary["benchmarks"][bench]["metrics"][metric]
+        point = entry["checkpoints"]["checkpoint-6"]
+        assert point["delta"] == pytest.approx(point["value"] - entry["baseline"])
+        low, high = point["delta_ci95"]
+        assert low <= point["delta"] <= high
+    assert "accuracy/dimension/OA" in summary["benchmarks"]["v2p"]["metrics"]
+    assert summary["media_spec"]["fingerprint"] and summary["quarantine"]["train"] == {}
+    report = (run_dir / "report.md").read_text()
+    assert "checkpoint-6" in report and "V2P" in report and "OVI" in report
+    per_sample = (run_dir / "eval" / "checkpoint-6" / "v2p.jsonl").read_text().splitlines()
+    assert len(per_sample) == 6 and {"prediction", "scores"} <= json.loads(per_sample[0]).keys()
+
+    (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    logged = {}  # step → everything logged at that step
+    for row in history(run_file):
+        logged.setdefault(row["_step"], {}).update(row)
+    assert "v2p/accuracy" in logged[0] and "ovi/ca" in logged[0]  # the baseline, before step 1
+    for step in (3, 6):
+        for bench, metric in (("v2p", "accuracy"), ("ovi", "ca")):
+            point = summary["benchmarks"][bench]["metrics"][metric]["checkpoints"][f"checkpoint-{step}"]
+            assert logged[step][f"{bench}/{metric}/delta"] == pytest.approx(point["delta"])
+    assert any("train/loss" in values for values in logged.values())

@@ -1,0 +1,176 @@
+"""The V2P-Bench release loader: option parsing, paths, validation and the sample it makes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from data_builders.sample import Sample
+from data_builders.v2p_format import (
+    INSTRUCTION,
+    DataErrors,
+    load_v2p_release,
+    parse_options,
+    render_question,
+    write_v2p_release,
+)
+
+
+def _question(stem: str, options: list[str], gap: str = " ") -> str:
+    lines = [f"{chr(ord('A') + i)}:{gap}{text}" for i, text in enumerate(options)]
+    return "\n".join([stem, *lines, INSTRUCTION])
+
+
+def _row(**overrides) -> dict:
+    row = {
+        "video_id": "vid1",
+        "video_path": "NExTVideo/vid1.mp4",
+        "duration": 12,
+        "question": _question(
+            "What is the object in the box doing?", ["running", "sitting", "eating", "sleeping"]
+        ),
+        "answer": "B",
+        "source": "NExT-QA",
+        "frame_path": "NExTVideo/vid1_0.jpg",
+        "dimension": 1,
+        "category": 7,
+    }
+    row.update(overrides)
+    return row
+
+
+def _touch(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x")  # the loader checks presence only; decoding is the media layer's job
+
+
+@pytest.fixture
+def release(tmp_path: Path) -> Path:
+    for name in ("videos/NExTVideo/vid1.mp4", "frames/NExTVideo/vid1_0.jpg", "frames/NExTVideo/vid1_1.jpg"):
+        _touch(tmp_path / name)
+    return tmp_path
+
+
+def _write(root: Path, lines: list) -> None:
+    text = "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines)
+    (root / "dataset_info.jsonl").write_text(text + "\n")
+
+
+def test_parse_options_accepts_one_or_two_spaces():
+    assert parse_options(_question("Q?", ["x", "y", "z"], gap=" ")) == ("Q?", ["x", "y", "z"])
+    assert parse_options(_question("Q?", ["x", "y"], gap="  ")) == ("Q?", ["x", "y"])
+
+
+def test_parse_options_rejects_too_few_or_out_of_order():
+    with pytest.raises(ValueError, match="2-4"):
+        parse_options("Q?\nA: only one\n" + INSTRUCTION)
+    with pytest.raises(ValueError, match="out of order"):
+        parse_options("Q?\nA: x\nC: y\n" + INSTRUCTION)
+
+
+def test_render_question_round_trips_through_parse():
+    text = render_question("Where?", ["left", "right", "up"])
+    assert text.endswith(INSTRUCTION)
+    assert parse_options(text) == ("Where?", ["left", "right", "up"])
+
+
+def test_official_order_and_meta(release: Path):
+    row = _row(question=_question("What is it doing?", ["running", "sitting", "eating"], gap="  "))
+    _write(release, [row])
+    (sample,) = load_v2p_release(release)
+    user, assistant = sample.turns
+    assert [p.type for p in user.parts] == ["video", "text", "image"]
+    video, text, image = user.parts
+    assert (video.path, video.start, video.end) == (str(release / "videos/NExTVideo/vid1.mp4"), 0.0, 12.0)
+    assert text.text == row["question"]  # verbatim
+    assert image.path == str(release / "frames/NExTVideo/vid1_0.jpg")
+    assert assistant.text == "B" and assistant.loss
+    assert sample.id == "000001" and sample.task == "v2p"
+    assert (sample.source, sample.source_id, sample.segment) == ("NExT-QA", "vid1", (0.0, 12.0))
+    assert sample.meta["options"] == ["running", "sitting", "eating"]
+    assert {k: sample.meta[k] for k in ("answer", "dimension", "category", "duration", "video_id")} == {
+        "answer": "B",
+        "dimension": 1,
+        "category": 7,
+        "duration": 12.0,
+        "video_id": "vid1",
+    }
+
+
+def test_vp_first_order_and_frame_path_list(release: Path):
+    _write(release, [_row(frame_path=["NExTVideo/vid1_0.jpg", "NExTVideo/vid1_1.jpg"], id="q-7")])
+    (sample,) = load_v2p_release(release, input_order="vp_first")
+    assert [p.type for p in sample.turns[0].parts] == ["video", "image", "image", "text"]
+    assert sample.turns[0].parts[2].path.endswith("vid1_1.jpg")
+    assert sample.id == "q-7"
+
+
+def test_case_mismatched_folder_is_resolved_with_a_warning(release: Path):
+    _write(release, [_row(frame_path="NEXTVideo/vid1_0.jpg"), _row(frame_path="NEXTVideo/vid1_1.jpg")])
+    with pytest.warns(UserWarning, match="NEXTVideo.*NExTVideo") as record:
+        samples = load_v2p_release(release)
+    assert len([w for w in record if "case-insensitive" in str(w.message)]) == 1  # once per folder
+    assert samples[1].turns[0].parts[2].path == str(release / "frames/NExTVideo/vid1_1.jpg")
+
+
+def test_every_bad_row_is_listed_with_its_line(release: Path):
+    lines = [
+        _row(),
+        '{"video_id": "broken"',
+        {k: v for k, v in _row().items() if k != "source"},
+        _row(duration="12"),
+        _row(answer="D", question=_question("Q?", ["a", "b", "c"])),
+        _row(dimension=8),
+        _row(video_path="NExTVideo/missing.mp4"),
+        _row(frame_path=["NExTVideo/vid1_0.jpg", "NExTVideo/gone.jpg"]),
+        _row(question="Q? no options here"),
+    ]
+    _write(release, lines)
+    with pytest.raises(DataErrors) as caught:
+        load_v2p_release(release)
+    message = str(caught.value)
+    expected = {
+        2: "malformed JSON",
+        3: "field 'source': missing",
+        4: "field 'duration': expected int or float",
+        5: "field 'answer'",
+        6: "field 'dimension': unknown dimension id 8",
+        7: "field 'video_path': file not found",
+        8: "field 'frame_path': file not found: frames/NExTVideo/gone.jpg",
+        9: "field 'question'",
+    }
+    for line, text in expected.items():
+        assert any(p.startswith(f"row {line}") and text in p for p in caught.value.problems), (line, message)
+    assert "row 1," not in message and len(caught.value.problems) == len(expected)
+    assert "dataset_info.jsonl" in message
+
+
+def test_missing_files_allowed_when_not_required(tmp_path: Path):
+    _write(tmp_path, [_row()])
+    (sample,) = load_v2p_release(tmp_path, require_files=False)
+    assert sample.turns[0].parts[0].path == str(tmp_path / "videos/NExTVideo/vid1.mp4")
+
+
+def test_unknown_input_order_is_rejected(release: Path):
+    _write(release, [_row()])
+    with pytest.raises(ValueError, match="input_order"):
+        load_v2p_release(release, input_order="question_last")
+
+
+def test_write_then_load_and_row_round_trip(release: Path):
+    rows = [_row(qid=f"q{i}", answer="ABCD"[i]) for i in range(4)]
+    write_v2p_release(rows, release)
+    assert [p.name for p in release.iterdir() if p.is_file()] == ["dataset_info.jsonl"]  # no temp file left
+    samples = load_v2p_release(release)
+    assert [s.id for s in samples] == ["q0", "q1", "q2", "q3"]
+    assert [s.meta["answer"] for s in samples] == list("ABCD")
+    for sample in samples:
+        assert Sample.from_row(json.loads(json.dumps(sample.to_row()))) == sample
+
+
+def test_duplicate_ids_are_reported(release: Path):
+    _write(release, [_row(id="same"), _row(id="same")])
+    with pytest.raises(DataErrors, match="row 2, field 'id': duplicate"):
+        load_v2p_release(release)

@@ -1,0 +1,1 @@
+"""Fine-tuning video VLMs (LoRA or full) with evaluation after every checkpoint."""

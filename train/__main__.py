@@ -1,0 +1,28 @@
+"""Fine-tune a video VLM and evaluate it after every checkpoint.
+
+python -m train +exp=quickstart            # tiny model, synthetic data, CPU, a few minutes
+python -m train +exp=ovi_lora              # Qwen2.5-VL-7B-Instruct, LoRA on OVI-Train
+python -m train +exp=ovi_lora --cfg job    # print the composed config and exit
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from train.config import TrainConfig, register_configs
+from train.entry import run_cli
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+def main(cfg: DictConfig) -> None:
+    from train.recipe import run
+
+    config: TrainConfig = OmegaConf.to_object(cfg)
+    run_cli(lambda: run(config))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Typed configuration for ``python -m train`` and ``python -m eval``.
+
+The dataclasses are registered with Hydra's ConfigStore as the schema behind ``conf/``, so a
+misspelt key or a value of the wrong type fails when the config is composed, naming the key.
+This module imports no torch, so ``launch/`` can read configs cheaply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hydra.core.config_store import ConfigStore
+
+from data_builders.build import SyntheticDataConfig
+from data_builders.media import MediaSpec
+
+
+@dataclass
+class ModelConfig:
+    """Which checkpoint to fine-tune and how to load it."""
+
+    name_or_path: str = "???"  # hub name or local checkpoint directory
+    tiny: bool = False  # build a tiny random Qwen2.5-VL at name_or_path if absent (tests, quickstart)
+    dtype: str = "auto"  # auto: bf16 on GPUs that have it, else fp32
+    attn_implementation: str = "sdpa"
+    trust_remote_code: bool = False  # never run a checkpoint's own code unless asked to
+    allow_download: bool = False  # only local dirs and the local hub cache unless set
+
+
+@dataclass
+class PeftConfig:
+    """Which parameters train. ``method: lora`` adapts ``target_modules`` (a regex over module
+    names) and fully trains ``modules_to_save``; ``method: full`` trains everything but the vision tower
+    unless ``train_vision`` is set."""
+
+    method: str = "lora"  # lora | full
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: str = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+    modules_to_save: list[str] = field(default_factory=list)
+    train_vision: bool = False
+
+
+@dataclass
+class DataConfig:
+    """Training data: HF datasets on disk (built by ``data_builders``), mixed by concatenation."""
+
+    train: list[str] = field(default_factory=list)  # dataset directories (datasets.load_from_disk)
+    synthetic: SyntheticDataConfig = field(default_factory=SyntheticDataConfig)
+    build_synthetic: bool = False  # build the synthetic world and its datasets before training
+    frame_cache: str | None = "${output_root}/frame_cache"  # decoded frames per (video, media spec)
+
+
+@dataclass
+class TrainerConfig:
+    """The optimisation loop (HF Trainer arguments that matter here)."""
+
+    max_steps: int = 100
+    batch_size: int = 8  # per device
+    grad_accum: int = 1
+    lr: float = 2e-4
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.03
+    lr_scheduler: str = "cosine"
+    save_steps: int = 50  # every save is evaluated on both benchmarks
+    logging_steps: int = 10
+    num_workers: int = 0  # dataloader worker processes (decoding + processing)
+    gradient_checkpointing: bool = False
+    seed: int = 0
+
+
+@dataclass
+class EvalConfig:
+    """Benchmarks run on the untuned baseline and after every checkpoint save."""
+
+    benchmarks: list[str] = field(default_factory=lambda: ["v2p", "ovi"])
+    v2p_root: str | None = None  # a V2P-Bench release directory (dataset_info.jsonl, videos/, frames/)
+    ovi_root: str | None = None  # an OVIBench directory (ovibench.jsonl, videos/)
+    input_order: str = "official"  # official: video, question, VP frame | vp_first: video, VP frame, question
+    limit: int | None = None  # evaluate only the first N items of each benchmark
+    batch_size: int = 16
+    max_new_tokens: int = 16
+    bootstrap_resamples: int = 2000
+    on_save: bool = True  # evaluate every saved checkpoint during training
+
+
+@dataclass
+class LoggerConfig:
+    """Weights & Biases. ``mode: auto`` is online when WANDB_API_KEY is set, else offline."""
+
+    wandb: bool = True
+    project: str = "vlm-interact"
+    entity: str | None = None
+    mode: str = "auto"  # auto | online | offline | disabled
+
+
+@dataclass
+class TrainConfig:
+    """A training run: everything it reads, so ``--cfg job`` prints the whole experiment."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    peft: PeftConfig = field(default_factory=PeftConfig)
+    media: MediaSpec = field(default_factory=MediaSpec)
+    data: DataConfig = field(default_factory=DataConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    run_name: str = "dev"
+    output_root: str = "outputs"
+    run_dir: str = "${output_root}/${run_name}"
+
+
+@dataclass
+class EvalRunConfig:
+    """A standalone evaluation (``python -m eval``) of one model or checkpoint directory."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    adapter: str | None = None  # a LoRA adapter directory to apply on top of model (a training checkpoint)
+    media: MediaSpec = field(default_factory=MediaSpec)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    logger: LoggerConfig = field(default_factory=lambda: LoggerConfig(wandb=False))
+    data: DataConfig = field(default_factory=DataConfig)
+    run_name: str = "eval"
+    output_root: str = "outputs"
+    run_dir: str = "${output_root}/${run_name}"
+
+
+def register_configs() -> None:
+    """Register the schemas that ``conf/train.yaml`` and ``conf/eval.yaml`` extend."""
+    store = ConfigStore.instance()
+    store.store(name="train_schema", node=TrainConfig)
+    store.store(name="eval_schema", node=EvalRunConfig)

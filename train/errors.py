@@ -1,0 +1,7 @@
+"""Typed errors for configuration problems; the entry points print them without a traceback."""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong or points at something missing; the message names the key."""

@@ -1,0 +1,64 @@
+"""Loading a model and its processor from a checkpoint directory or a hub name.
+
+The tiny test model and a real Qwen2.5-VL-7B go through the same ``load_model``; only the path differs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from train.config import ModelConfig
+from train.errors import ConfigError
+
+
+class CheckpointNotFound(ConfigError):
+    """The configured checkpoint is neither a local directory nor in the local hub cache."""
+
+
+def _resolve_dtype(name: str) -> torch.dtype | str:
+    if name == "auto":
+        return (
+            torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
+        )
+    return getattr(torch, name)
+
+
+def load_model(cfg: ModelConfig):
+    """Load ``(model, processor)`` for ``cfg.name_or_path``.
+
+    A ``tiny`` model is built there first if absent. Weights load from safetensors only, and remote
+    code runs only when ``cfg.trust_remote_code`` says so.
+
+    Raises:
+        CheckpointNotFound: the path does not exist and the hub name is not available offline.
+    """
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    if cfg.tiny:
+        from train.tiny_model import build_tiny_checkpoint
+
+        build_tiny_checkpoint(cfg.name_or_path)
+    kwargs = {"trust_remote_code": cfg.trust_remote_code, "use_safetensors": True}
+    local = os.path.isdir(cfg.name_or_path)
+    try:
+        processor = AutoProcessor.from_pretrained(
+            cfg.name_or_path, local_files_only=not cfg.allow_download, **kwargs
+        )
+        model = AutoModelForImageTextToText.from_pretrained(
+            cfg.name_or_path,
+            dtype=_resolve_dtype(cfg.dtype),
+            attn_implementation=cfg.attn_implementation,
+            local_files_only=not cfg.allow_download,
+            **kwargs,
+        )
+    except OSError as exc:
+        where = "the directory exists but" if local else "it is not a local directory and"
+        raise CheckpointNotFound(
+            f"model.name_or_path={cfg.name_or_path!r}: {where} no loadable checkpoint was found "
+            f"({str(exc).splitlines()[0]}). Download it first (e.g. `hf download {cfg.name_or_path} "
+            f"--local-dir <dir>`) and set model.name_or_path=<dir>, or set model.allow_download=true "
+            f"on a machine with hub access."
+        ) from None
+    return model, processor
