@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from data_builders.files import write_json_atomic
+
+# Part of the build hash: bump it when the builders' output changes for the same config, so
+# existing builds are redone rather than reused. 2: OVI rows from the synthetic world say so.
+BUILDER_VERSION = 2
 
 
 @dataclass
@@ -54,6 +59,7 @@ def _paths(root: Path) -> SyntheticPaths:
 
 def _config_hash(cfg: SyntheticDataConfig) -> str:
     fields = {k: v for k, v in asdict(cfg).items() if k != "root"}
+    fields["builder_version"] = BUILDER_VERSION
     return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -89,8 +95,8 @@ def build_synthetic(cfg: SyntheticDataConfig) -> SyntheticPaths:
             out,
             seed=cfg.seed + (split == "eval"),
             mix=tuple(cfg.ovi_mix),
+            # The captions are in ActivityNet's format, but the videos are the synthetic world's.
+            source="synthetic",
         )
-    tmp = marker.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"config_hash": config_hash, "config": asdict(cfg)}, indent=2))
-    os.replace(tmp, marker)
+    write_json_atomic(marker, {"config_hash": config_hash, "config": asdict(cfg)}, indent=2)
     return _paths(root)

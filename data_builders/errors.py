@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class DataError(ValueError):
     """Bad input data: names where it is so a user can fix it."""
@@ -12,6 +14,19 @@ class DataError(ValueError):
             self.file + (f", row {row}" if row is not None else "") + (f", field '{field}'" if field else "")
         )
         super().__init__(f"{where}: {message}")
+
+
+class DataErrors(DataError):
+    """Several bad rows in one file, reported together so they can be fixed in one pass."""
+
+    def __init__(self, file: str | Path, problems: list[str]):
+        self.problems = list(problems)
+        listing = "\n  ".join(self.problems)
+        super().__init__(str(file), f"{len(self.problems)} problem(s):\n  {listing}")
+
+
+class SettingError(ValueError):
+    """A setting is wrong (an unknown shape, a mix of the wrong length, a missing path): names it."""
 
 
 class DecodeError(RuntimeError):

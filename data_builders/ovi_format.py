@@ -31,8 +31,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from data_builders.checks import duplicate_ids, is_list_of, is_number, is_string
+from data_builders.errors import DataErrors
+from data_builders.files import read_jsonl, write_jsonl_atomic
 from data_builders.sample import Part, Sample, Turn
-from data_builders.v2p_format import DataErrors, read_jsonl, write_jsonl_atomic
 
 OVI_FILE = "ovibench.jsonl"
 OVI_TYPES = ("Cancellation", "False Trigger", "Correction")
@@ -112,17 +114,12 @@ def ovi_row_to_sample(row: dict[str, Any], root: str | Path) -> Sample:
     )
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def check_ovi_row(row: dict[str, Any], number: int) -> list[str]:
     """Schema and consistency problems of one row, each naming the row and the field."""
     where = f"row {number}, field"
-    problems = [f"{where} '{k}': expected a string" for k in _STRINGS if not isinstance(row.get(k), str)]
-    problems += [f"{where} '{k}': expected a number" for k in _NUMBERS if not _is_number(row.get(k))]
-    segment = row.get("segment")
-    if not (isinstance(segment, list) and len(segment) == 2 and all(map(_is_number, segment))):
+    problems = [f"{where} '{k}': expected a string" for k in _STRINGS if not is_string(row.get(k))]
+    problems += [f"{where} '{k}': expected a number" for k in _NUMBERS if not is_number(row.get(k))]
+    if not is_list_of(row.get("segment"), is_number, 2):
         problems.append(f"{where} 'segment': expected [start, end] seconds")
     if problems:
         return problems
@@ -153,12 +150,12 @@ def _check_times(row: dict[str, Any], where: str) -> list[str]:
 
 def _check_mcq(row: dict[str, Any], where: str) -> list[str]:
     options = row.get("options")
-    if not (isinstance(options, list) and len(options) == 4 and all(isinstance(o, str) for o in options)):
+    if not is_list_of(options, is_string, len(LETTERS)):
         return [f"{where} 'options': mcq needs a list of 4 strings"]
     if len(set(options)) != 4:
         return [f"{where} 'options': options must be distinct"]
     letter = row.get("answer_letter")
-    if letter not in LETTERS:
+    if letter not in tuple(LETTERS):  # a tuple: "AB" and "" are substrings of "ABCD", not letters
         return [f"{where} 'answer_letter': {letter!r} is not among options A, B, C, D"]
     if options[LETTERS.index(letter)] != row["reference_reaction"]:
         return [f"{where} 'answer_letter': option {letter} differs from reference_reaction"]
@@ -166,18 +163,15 @@ def _check_mcq(row: dict[str, Any], where: str) -> list[str]:
 
 
 def _check_rows(rows: list[tuple[int, dict[str, Any]]], root: Path | None) -> list[str]:
-    problems, seen = [], {}
+    problems = []
     for number, row in rows:
         row_problems = check_ovi_row(row, number)
         if not row_problems and root is not None and not (root / row["video_path"]).is_file():
             row_problems.append(f"row {number}, field 'video_path': file not found: {row['video_path']}")
-        row_id = row.get("id")
-        if isinstance(row_id, str) and row_id in seen:
-            row_problems.append(f"row {number}, field 'id': duplicate of row {seen[row_id]}")
-        if isinstance(row_id, str):
-            seen.setdefault(row_id, number)
         problems += row_problems
-    return problems
+    # A non-string id is already reported above; only strings are compared.
+    ids = ((number, row.get("id") if is_string(row.get("id")) else None) for number, row in rows)
+    return problems + duplicate_ids(ids)
 
 
 def load_ovibench(root: str | Path, *, require_files: bool = True) -> list[Sample]:

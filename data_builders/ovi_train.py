@@ -10,11 +10,13 @@ open and/or multiple-choice form, as rows of :mod:`data_builders.ovi_format`.
 
 Objects are found with a closed colour/shape vocabulary (the synthetic world's captions, and simple
 real ones such as "a red circle ..."); other captions get time-window questions only.
+
+The ActivityNet reader and the caption model live in :mod:`data_builders.sources`; they stay
+importable from here.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -24,9 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from data_builders.errors import DataError
+from data_builders.errors import DataError, SettingError
+from data_builders.files import crosstab_markdown, link_or_copy, save_samples, write_reports
 from data_builders.ovi_format import FORMATS, LETTERS, OVI_TYPES, load_ovibench, write_ovibench
-from data_builders.v2p_format import DataErrors, crosstab_markdown, link_or_copy
+from data_builders.sources.activitynet import load_activitynet_captions
+from data_builders.sources.captions import Caption, CaptionedVideo
 
 DEFAULT_MIX = {"Cancellation": 1, "Correction": 2, "False Trigger": 1}
 CANCELLATION_UTTERANCES = (
@@ -56,112 +60,6 @@ _FALLBACK_DISTRACTORS = ("I can't tell from the video.", "Could you repeat the q
 COLOUR_WORDS = tuple("red orange yellow green blue purple pink brown black white grey".split())
 SHAPE_WORDS = tuple("circle square triangle rectangle star diamond hexagon ball box car".split())
 _MENTION = re.compile(rf"\b(?:a|an|the) ((?:{'|'.join(COLOUR_WORDS)}) (?:{'|'.join(SHAPE_WORDS)}))\b", re.I)
-
-
-@dataclass(frozen=True)
-class Caption:
-    """One caption segment of one video, in seconds."""
-
-    key: str
-    index: int
-    start: float
-    end: float
-    sentence: str
-
-
-@dataclass(frozen=True)
-class CaptionedVideo:
-    """A video's duration and its valid caption segments."""
-
-    key: str
-    duration: float
-    captions: list[Caption]
-
-
-def load_activitynet_captions(path: str | Path) -> tuple[list[CaptionedVideo], list[str]]:
-    """Read ActivityNet Captions JSON: ``{"v_<id>": {duration, timestamps, sentences}}``.
-
-    A malformed file or entry raises; a bad segment (negative, reversed, empty, beyond the duration,
-    empty sentence) is quarantined with its reason, and the rest of the video is kept.
-
-    Returns:
-        ``(videos, quarantined)``; each quarantine reason names the video key and segment index.
-
-    Raises:
-        DataError / DataErrors: unreadable JSON, or entries of the wrong structure (all listed).
-    """
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
-        raise DataError(str(path), f"cannot read captions JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise DataError(str(path), "expected an object keyed by video id")
-    problems = [p for key, entry in data.items() for p in _entry_problems(key, entry)]
-    if problems:
-        raise DataErrors(path, problems)
-    videos, quarantined = [], []
-    for key, entry in data.items():
-        captions = []
-        for i, ((start, end), sentence) in enumerate(
-            zip(entry["timestamps"], entry["sentences"], strict=True)
-        ):
-            reason = _segment_problem(float(start), float(end), sentence, float(entry["duration"]))
-            if reason:
-                quarantined.append(f"{key}[{i}]: {reason}")
-            else:
-                captions.append(Caption(key, i, float(start), float(end), _clean(sentence)))
-        videos.append(CaptionedVideo(key, float(entry["duration"]), captions))
-    return videos, quarantined
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _entry_problems(key: str, entry: Any) -> list[str]:
-    where = f"video {key!r}, field"
-    if not isinstance(entry, dict):
-        return [f"video {key!r}: expected an object"]
-    problems = []
-    if not _is_number(entry.get("duration")) or entry["duration"] <= 0:
-        problems.append(f"{where} 'duration': expected a positive number")
-    stamps, sentences = entry.get("timestamps"), entry.get("sentences")
-    if not isinstance(stamps, list) or not isinstance(sentences, list):
-        return [*problems, f"{where} 'timestamps'/'sentences': expected two lists"]
-    if len(stamps) != len(sentences):
-        problems.append(f"{where} 'sentences': {len(sentences)} sentences for {len(stamps)} timestamps")
-    for i, stamp in enumerate(stamps):
-        if not (isinstance(stamp, list) and len(stamp) == 2 and all(map(_is_number, stamp))):
-            problems.append(f"{where} 'timestamps[{i}]': expected [start, end] seconds, got {stamp!r}")
-    for i, sentence in enumerate(sentences):
-        if not isinstance(sentence, str):
-            problems.append(f"{where} 'sentences[{i}]': expected a string")
-    return problems
-
-
-def _segment_problem(start: float, end: float, sentence: str, duration: float) -> str | None:
-    if start < 0:
-        return f"negative start {start}"
-    if end <= start:
-        return f"empty or reversed segment [{start}, {end}]"
-    if end > duration:
-        return f"segment end {end} beyond the duration {duration}"
-    if not sentence.strip():
-        return "empty sentence"
-    return None
-
-
-def _clean(sentence: str) -> str:
-    """Strip, drop the final period, and lower-case a capitalised first word ("A man" -> "a man").
-
-    Captions are joined into answers ("A man ... and a dog ..."); acronyms and "I" stay.
-    """
-    text = sentence.strip().rstrip(".").strip()
-    word = text.split(" ", 1)[0]
-    if word != "I" and word[:1].isupper() and (len(word) == 1 or word[1:].islower()):
-        return text[0].lower() + text[1:]
-    return text
 
 
 def _as_sentence(text: str) -> str:
@@ -274,10 +172,10 @@ def mix_shares(mix: Mapping[str, float] | Sequence[float]) -> dict[str, float]:
     """Normalise a type mix; a sequence is read as (Cancellation, Correction, False Trigger)."""
     if not isinstance(mix, Mapping):
         if len(mix) != 3:
-            raise ValueError(f"mix needs 3 weights (Cancellation, Correction, False Trigger), got {mix}")
+            raise SettingError(f"mix needs 3 weights (Cancellation, Correction, False Trigger), got {mix}")
         mix = dict(zip(("Cancellation", "Correction", "False Trigger"), mix, strict=True))
     if set(mix) != set(OVI_TYPES) or min(mix.values()) < 0 or sum(mix.values()) <= 0:
-        raise ValueError(f"mix needs non-negative weights for {OVI_TYPES}, got {mix}")
+        raise SettingError(f"mix needs non-negative weights for {OVI_TYPES}, got {mix}")
     total = sum(mix.values())
     return {t: mix[t] / total for t in OVI_TYPES}
 
@@ -390,9 +288,13 @@ def build_ovi_items(
 
     Returns:
         ``(rows, quarantined)``: quarantine reasons for bad segments and missing videos.
+
+    Raises:
+        SettingError: a bad ``mix`` or ``forms``.
+        DataError: an unreadable or malformed captions file (every bad entry listed).
     """
     if not set(forms) <= set(FORMATS) or not forms:
-        raise ValueError(f"forms must be a non-empty subset of {FORMATS}, got {forms}")
+        raise SettingError(f"forms must be a non-empty subset of {FORMATS}, got {forms}")
     shares, rng = mix_shares(mix), np.random.default_rng(seed)
     videos, quarantined = load_activitynet_captions(captions_path)
     scenes = []
@@ -446,8 +348,6 @@ def build_ovi_train(
     Returns:
         ``out_dir``.
     """
-    import datasets  # imported here: heavy, and only the final save needs it
-
     out_dir = Path(out_dir)
     settings = {
         "mix": mix_shares(mix),
@@ -469,8 +369,7 @@ def build_ovi_train(
     for key in sorted({r["source_id"] for r in rows}):
         link_or_copy(Path(videos_dir) / f"{key}.mp4", out_dir / "videos" / f"{key}.mp4")
     write_ovibench(rows, out_dir)
-    samples = load_ovibench(out_dir)
-    datasets.Dataset.from_list([s.to_row() for s in samples]).save_to_disk(str(out_dir / "hf"))
+    save_samples(load_ovibench(out_dir), out_dir / "hf")
     _write_reports(out_dir, rows, quarantined, seed=seed, captions=str(captions_path), settings=settings)
     return out_dir
 
@@ -478,9 +377,8 @@ def build_ovi_train(
 def _write_reports(out_dir: Path, rows: list[dict], quarantined: list[str], **info: Any) -> None:
     by_source = crosstab_markdown(((r["source"], r["interruption_type"]) for r in rows), "source")
     by_form = crosstab_markdown(((r["format"], r["interruption_type"]) for r in rows), "format")
-    text = f"# OVI items\n\nInstances by source x type.\n\n{by_source}\n"
-    text += f"Instances by form x type.\n\n{by_form}\nQuarantined: {len(quarantined)}\n"
-    (out_dir / "stats.md").write_text(text, encoding="utf-8")
+    stats = f"# OVI items\n\nInstances by source x type.\n\n{by_source}\n"
+    stats += f"Instances by form x type.\n\n{by_form}\nQuarantined: {len(quarantined)}\n"
     summary = {
         **info,
         "rows": len(rows),
@@ -490,5 +388,4 @@ def _write_reports(out_dir: Path, rows: list[dict], quarantined: list[str], **in
         "quarantined": len(quarantined),
         "quarantine_reasons": quarantined,
     }
-    text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
-    (out_dir / "build_info.json").write_text(text, encoding="utf-8")
+    write_reports(out_dir, stats, summary)

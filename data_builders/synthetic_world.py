@@ -7,7 +7,6 @@ truth, so every later stage (questions, prompts, training, scoring) can be check
 from __future__ import annotations
 
 import inspect
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 from tqdm import tqdm
 
+from data_builders.files import write_json_atomic
 from data_builders.video_io import write_mp4
 
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -300,7 +300,7 @@ def build_world(root: str | Path, n_videos: int, seed: int, **scene_kwargs: Any)
     for i in tqdm(range(n_videos), desc="synthetic world", unit="video"):
         scene = make_scene(f"v_syn{seed:02d}{i:04d}", np.random.default_rng([seed, i]), **settings)
         write_mp4(root / "videos" / f"{scene.video_id}.mp4", render_frames(scene), scene.fps)
-        _write_json(root / "tracks" / f"{scene.video_id}.json", track_record(scene))
+        write_json_atomic(root / "tracks" / f"{scene.video_id}.json", track_record(scene))
         events = scene_events(scene)
         captions[scene.video_id] = {
             "duration": round(scene.duration, 3),
@@ -308,7 +308,7 @@ def build_world(root: str | Path, n_videos: int, seed: int, **scene_kwargs: Any)
             "sentences": [text for _, _, text in events],
         }
         scenes.append(scene)
-    _write_json(root / "activitynet_captions.json", captions)
+    write_json_atomic(root / "activitynet_captions.json", captions)
     manifest = {
         "seed": seed,
         "n_videos": n_videos,
@@ -316,7 +316,7 @@ def build_world(root: str | Path, n_videos: int, seed: int, **scene_kwargs: Any)
         "n_captions": sum(len(c["sentences"]) for c in captions.values()),
         "scene_kwargs": settings,
     }
-    _write_json(root / "world.json", manifest, indent=2)
+    write_json_atomic(root / "world.json", manifest, indent=2)
     return scenes
 
 
@@ -328,8 +328,3 @@ def _scene_settings(overrides: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise TypeError(f"unknown scene settings {unknown}; allowed: {sorted(defaults)}")
     return {**defaults, **overrides}
-
-
-def _write_json(path: Path, obj: Any, indent: int | None = None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=indent) + "\n", encoding="utf-8")

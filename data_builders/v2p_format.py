@@ -4,25 +4,19 @@ One question per line. ``question`` holds the question, the option lines ``A: ..
 spaces after the colon) and a fixed instruction line; ``frame_path`` is a string or a list of
 visual-prompt frames. The loader validates every row first and reports all bad rows at once, then
 turns each row into a :class:`~data_builders.sample.Sample`.
-
-This module also holds the small JSONL/file helpers the other builders share (``DataErrors``,
-``read_jsonl``, ``write_jsonl_atomic``, ``link_or_copy``, ``crosstab_markdown``).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import shutil
-import tempfile
 import warnings
-from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from data_builders.errors import DataError
+from data_builders.checks import duplicate_ids, is_list_of, is_string
+from data_builders.errors import DataErrors
+from data_builders.files import read_jsonl, write_jsonl_atomic
 from data_builders.sample import Part, Sample, Turn
 
 RELEASE_FILE = "dataset_info.jsonl"
@@ -59,83 +53,6 @@ _FIELDS: dict[str, tuple[type, ...]] = {
     "dimension": (int,),
     "category": (int,),
 }
-
-
-class DataErrors(DataError):
-    """Several bad rows in one file, reported together so they can be fixed in one pass."""
-
-    def __init__(self, file: str | Path, problems: list[str]):
-        self.problems = list(problems)
-        listing = "\n  ".join(self.problems)
-        super().__init__(str(file), f"{len(self.problems)} problem(s):\n  {listing}")
-
-
-def read_jsonl(path: Path, problems: list[str]) -> list[tuple[int, dict[str, Any]]]:
-    """Parse a JSONL file into ``(line number, object)`` pairs; record malformed lines in ``problems``.
-
-    Blank lines carry no row and are skipped; every other line must be one JSON object.
-    """
-    if not path.is_file():
-        raise DataError(str(path), "file not found")
-    rows = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                problems.append(f"row {number}: malformed JSON ({err.msg} at column {err.colno})")
-                continue
-            if not isinstance(obj, dict):
-                problems.append(f"row {number}: expected a JSON object, got {type(obj).__name__}")
-                continue
-            rows.append((number, obj))
-    return rows
-
-
-def write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    """Write rows as JSONL via a temporary file and a rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for row in rows:
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def link_or_copy(src: Path, dst: Path) -> None:
-    """Hardlink ``src`` to ``dst`` (copy across filesystems); an existing ``dst`` is kept."""
-    if dst.exists():
-        return
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
-def crosstab_markdown(pairs: Iterable[tuple[str, str]], row_title: str) -> str:
-    """A markdown table counting ``(row, column)`` pairs, with totals."""
-    counts = Counter(pairs)
-    rows = sorted({r for r, _ in counts}, key=_natural)
-    cols = sorted({c for _, c in counts}, key=_natural)
-    lines = [f"| {row_title} | " + " | ".join(cols) + " | total |", "|---" * (len(cols) + 2) + "|"]
-    for r in rows:
-        cells = [counts[(r, c)] for c in cols]
-        lines.append(f"| {r} | " + " | ".join(map(str, cells)) + f" | {sum(cells)} |")
-    totals = [sum(counts[(r, c)] for r in rows) for c in cols]
-    lines.append("| total | " + " | ".join(map(str, totals)) + f" | {sum(totals)} |")
-    return "\n".join(lines) + "\n"
-
-
-def _natural(label: str) -> list:
-    """Sort key putting "3 OD" before "10 GC"."""
-    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", label) if t]
 
 
 def parse_options(question: str) -> tuple[str, list[str]]:
@@ -226,7 +143,7 @@ def _check_row(row: dict[str, Any], number: int) -> list[str]:
     if row["dimension"] not in DIMENSIONS:
         problems.append(f"{where}, field 'dimension': unknown dimension id {row['dimension']}")
     frames = row["frame_path"]
-    if isinstance(frames, list) and (not frames or not all(isinstance(f, str) for f in frames)):
+    if isinstance(frames, list) and not (frames and is_list_of(frames, is_string)):
         problems.append(f"{where}, field 'frame_path': expected a string or a non-empty list of strings")
     try:
         _, options = parse_options(row["question"])
@@ -272,18 +189,13 @@ def load_v2p_release(
     path = root / RELEASE_FILE
     problems: list[str] = []
     rows = read_jsonl(path, problems)
-    seen_ids: dict[str, int] = {}
     cache: dict[Path, Path] = {}
     for number, row in rows:
         row_problems = _check_row(row, number)
         if not row_problems and require_files:
             row_problems = _check_files(root, row, number, cache)
         problems += row_problems
-        row_id = _row_id(row, number)
-        if row_id in seen_ids:
-            first = seen_ids[row_id]
-            problems.append(f"row {number}, field 'id': duplicate id {row_id!r} (first on row {first})")
-        seen_ids.setdefault(row_id, number)
+    problems += duplicate_ids((number, _row_id(row, number)) for number, row in rows)
     if problems:
         raise DataErrors(path, problems)
     return [_to_sample(root, row, number, input_order, cache) for number, row in rows]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from fractions import Fraction
 from pathlib import Path
 
 import av
 import numpy as np
+
+from data_builders.files import atomic_path
 
 
 def write_mp4(path: str | Path, frames: np.ndarray, fps: float, gop: int = 8) -> None:
@@ -36,16 +36,8 @@ def write_mp4(path: str | Path, frames: np.ndarray, fps: float, gop: int = 8) ->
     if fps <= 0 or gop < 1:
         raise ValueError(f"fps and gop must be positive, got fps={fps}, gop={gop}")
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".mp4", dir=path.parent)
-    os.close(fd)
-    try:
-        _encode(tmp_name, frames, fps, gop)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp:
+        _encode(str(tmp), frames, fps, gop)
 
 
 def _encode(path: str, frames: np.ndarray, fps: float, gop: int) -> None:

@@ -21,7 +21,6 @@ order                 5 FT, 6 RT  5         before / after / at the same time
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -32,11 +31,17 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from data_builders.errors import DataError, DecodeError
-from data_builders.v2p_format import (
-    DIMENSIONS,
+from data_builders.checks import is_list_of, is_number
+from data_builders.errors import DataError, DecodeError, SettingError
+from data_builders.files import (
     crosstab_markdown,
     link_or_copy,
+    read_json_object,
+    save_samples,
+    write_reports,
+)
+from data_builders.v2p_format import (
+    DIMENSIONS,
     load_v2p_release,
     parse_options,
     render_question,
@@ -58,12 +63,7 @@ def load_track(path: Path) -> dict[str, Any]:
     Raises:
         DataError: naming the file and the bad field.
     """
-    try:
-        track = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
-        raise DataError(str(path), f"cannot read track JSON: {err}") from None
-    if not isinstance(track, dict):
-        raise DataError(str(path), "expected a JSON object")
+    track = read_json_object(path, "track")
     for name in _TRACK_FIELDS:
         if name not in track:
             raise DataError(str(path), "missing", field=name)
@@ -82,9 +82,7 @@ def load_track(path: Path) -> dict[str, Any]:
 
 
 def _valid_box(box: Any) -> bool:
-    if not (isinstance(box, list) and len(box) == 4 and all(isinstance(v, int | float) for v in box)):
-        return False
-    return box[2] > box[0] and box[3] > box[1]
+    return is_list_of(box, is_number, 4) and box[2] > box[0] and box[3] > box[1]
 
 
 def questions_from_tracks(
@@ -317,9 +315,12 @@ def build_vp_sft(
 
     Returns:
         ``out_dir``.
-    """
-    import datasets  # imported here: heavy, and only the final save needs it
 
+    Raises:
+        SettingError: unknown prompt shapes or fewer than one question per video.
+        DataError: no track files, or a bad track.
+    """
+    _check_settings(shapes, questions_per_video)
     world_root, out_dir = Path(world_root), Path(out_dir)
     track_files = sorted((world_root / "tracks").glob("*.json"))
     if not track_files:
@@ -342,10 +343,17 @@ def build_vp_sft(
         )
     balance_answer_letters(rows, rng)
     write_v2p_release(rows, release)
-    samples = load_v2p_release(release)
-    datasets.Dataset.from_list([s.to_row() for s in samples]).save_to_disk(str(out_dir / "hf"))
+    save_samples(load_v2p_release(release), out_dir / "hf")
     _write_reports(out_dir, rows, seed=seed, world_root=world_root, n_videos=len(track_files))
     return out_dir
+
+
+def _check_settings(shapes: Sequence[str], questions_per_video: int) -> None:
+    unknown = sorted(set(shapes) - set(PROMPT_NOUNS))
+    if unknown or not shapes:
+        raise SettingError(f"shapes must be a non-empty subset of {sorted(PROMPT_NOUNS)}, got {list(shapes)}")
+    if questions_per_video < 1:
+        raise SettingError(f"questions_per_video must be at least 1, got {questions_per_video}")
 
 
 def _write_reports(out_dir: Path, rows: list[dict], *, seed: int, world_root: Path, n_videos: int) -> None:
@@ -353,8 +361,7 @@ def _write_reports(out_dir: Path, rows: list[dict], *, seed: int, world_root: Pa
     table = crosstab_markdown(zip(dims, (r["prompt_shape"] for r in rows), strict=True), "dimension")
     letters = Counter(r["answer"] for r in rows)
     letter_line = ", ".join(f"{k} {letters[k]}" for k in sorted(letters))
-    text = f"# Visual-prompt QA\n\nInstances by dimension x prompt shape.\n\n{table}\n"
-    (out_dir / "stats.md").write_text(text + f"Answer letters: {letter_line}\n", encoding="utf-8")
+    stats = f"# Visual-prompt QA\n\nInstances by dimension x prompt shape.\n\n{table}\n"
     info = {
         "seed": seed,
         "world_root": str(world_root),
@@ -364,6 +371,4 @@ def _write_reports(out_dir: Path, rows: list[dict], *, seed: int, world_root: Pa
         "by_shape": dict(Counter(r["prompt_shape"] for r in rows)),
         "answer_letters": dict(letters),
     }
-    (out_dir / "build_info.json").write_text(
-        json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8"
-    )
+    write_reports(out_dir, stats + f"Answer letters: {letter_line}\n", info)

@@ -3,15 +3,18 @@
     python -m eval model.name_or_path=Qwen/Qwen2.5-VL-7B-Instruct model.tiny=false media=qwen_64f \
         data.build_synthetic=false eval.v2p_root=/data/V2P-Bench eval.benchmarks=[v2p]
     python -m eval adapter=outputs/quickstart/checkpoints/checkpoint-300 run_name=quickstart_eval
+    python -m eval score_file=/data/V2P-Bench/responses.jsonl run_name=score_qwen   # no model runs
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from data_builders.cli import run_cli
 from train.config import EvalRunConfig, register_configs
-from train.entry import run_cli
 
 register_configs()
 
@@ -21,7 +24,13 @@ def main(cfg: DictConfig) -> None:
     from eval.run import run
 
     config: EvalRunConfig = OmegaConf.to_object(cfg)
-    run_cli(lambda: run(config))
+    if config.score_file:  # score a response file; no model runs
+        from eval.score_responses import score_file
+
+        tables = Path(config.run_dir) / "response_tables.json"
+        run_cli(lambda: print(score_file(config.score_file, tables), end=""))
+    else:
+        run_cli(lambda: run(config))
 
 
 if __name__ == "__main__":

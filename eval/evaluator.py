@@ -26,6 +26,7 @@ from eval.summary import build_summary
 from train.adapter import QwenVLAdapter
 from train.config import EvalConfig
 from train.data import check_media, quarantine_counts, write_quarantine
+from train.errors import ConfigError
 
 SCORERS: dict[str, Callable[[dict], dict]] = {"v2p": score_v2p, "ovi": score_ovi}
 
@@ -34,14 +35,14 @@ def load_benchmark(name: str, cfg: EvalConfig) -> list[Sample]:
     """The benchmark's samples from its release directory (validated; bad rows raise with line numbers)."""
     if name == "v2p":
         if not cfg.v2p_root:
-            raise ValueError("eval.v2p_root is not set (a V2P-Bench release directory)")
+            raise ConfigError("eval.v2p_root is not set (a V2P-Bench release directory)")
         samples = load_v2p_release(cfg.v2p_root, input_order=cfg.input_order)
     elif name == "ovi":
         if not cfg.ovi_root:
-            raise ValueError("eval.ovi_root is not set (an OVIBench directory)")
+            raise ConfigError("eval.ovi_root is not set (an OVIBench directory)")
         samples = load_ovibench(cfg.ovi_root)
     else:
-        raise ValueError(f"eval.benchmarks: unknown benchmark {name!r} (known: v2p, ovi)")
+        raise ConfigError(f"eval.benchmarks: unknown benchmark {name!r} (known: v2p, ovi)")
     return samples[: cfg.limit] if cfg.limit else samples
 
 

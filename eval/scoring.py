@@ -18,22 +18,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-# Dimension id -> (label, name). The official scoring script prints wrong labels for 8 of these ids;
-# this map is the one that reproduces the paper's per-dimension table. Ids 8, 11, 15, 16 are unused.
-DIMENSIONS: dict[int, tuple[str, str]] = {
-    1: ("OA", "Object Attribute"),
-    2: ("HA", "Human Attribute"),
-    3: ("OD", "Object Direction"),
-    4: ("FM", "Feature Mapping"),
-    5: ("FT", "Forward Temporal"),
-    6: ("RT", "Reverse Temporal"),
-    7: ("AS", "Action Sequence"),
-    9: ("SR", "Spatial Relationship"),
-    10: ("GC", "General Counting"),
-    12: ("CR", "Causal Relationship"),
-    13: ("PU", "Plot Understanding"),
-    14: ("CI", "Counterfactual Inference"),
-}
+from data_builders.v2p_format import DIMENSIONS
+
+# The corrected dimension map lives with the release format; re-exported here for scoring.
 
 # Reconstructed from the paper's colour coding; the authors released no grouping.
 TASK_GROUPS: dict[str, frozenset[str]] = {

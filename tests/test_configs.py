@@ -50,3 +50,13 @@ def test_wrong_type_fails_at_compose_time():
 def test_eval_config_composes():
     config = OmegaConf.to_object(_compose(["eval.benchmarks=[v2p]"], name="eval"))
     assert isinstance(config, EvalRunConfig) and config.eval.benchmarks == ["v2p"]
+
+
+@pytest.mark.parametrize("name", ["Qwen/Qwen2.5-VL-7B-Instruct", "/nonexistent/checkpoint"])
+def test_missing_checkpoint_is_one_clear_error(name, monkeypatch):
+    from train.config import ModelConfig
+    from train.models import CheckpointNotFound, load_model
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(CheckpointNotFound, match="model.name_or_path=.*Download it first"):
+        load_model(ModelConfig(name_or_path=name))

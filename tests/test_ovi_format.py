@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from data_builders.errors import DataErrors
 from data_builders.ovi_format import MCQ_INSTRUCTION, load_ovibench, ovi_row_to_sample, write_ovibench
 from data_builders.sample import Sample
-from data_builders.v2p_format import DataErrors
 
 
 def _row(**overrides) -> dict:
@@ -98,6 +98,9 @@ def test_every_bad_row_is_listed(root: Path):
         json.dumps(_row(id="r8", video_path="videos/missing.mp4")),
         json.dumps({k: v for k, v in _row(id="r9").items() if k != "partial_answer"}),
         json.dumps(_mcq(id="r10", options=["a", "b"])),
+        json.dumps(_mcq(id="r11", answer_letter="AB")),  # a substring of "ABCD", not a letter
+        json.dumps(_mcq(id="r12", answer_letter=1)),
+        json.dumps(_row(id="ok")),
     ]
     (root / "ovibench.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.raises(DataErrors) as caught:
@@ -112,6 +115,9 @@ def test_every_bad_row_is_listed(root: Path):
         8: "field 'video_path': file not found",
         9: "field 'partial_answer'",
         10: "field 'options'",
+        11: "field 'answer_letter'",
+        12: "field 'answer_letter'",
+        13: "field 'id': duplicate id 'ok' (first on row 1)",
     }
     problems = caught.value.problems
     for line, text in expected.items():

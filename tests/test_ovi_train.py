@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_builders.errors import DataError
+from data_builders.errors import DataError, DataErrors, SettingError
 from data_builders.ovi_format import load_ovibench, ovi_row_to_sample
 from data_builders.ovi_train import (
     CANCELLATION_ACKS,
@@ -18,10 +18,9 @@ from data_builders.ovi_train import (
     FALSE_TRIGGER_UTTERANCES,
     build_ovi_items,
     build_ovi_train,
-    load_activitynet_captions,
 )
 from data_builders.sample import Sample
-from data_builders.v2p_format import DataErrors
+from data_builders.sources.activitynet import load_activitynet_captions
 from data_builders.video_io import write_mp4
 
 DURATION = 12.0
@@ -98,17 +97,22 @@ def test_loader_raises_for_malformed_files(tmp_path: Path):
     path.write_text('{"v_a": {')
     with pytest.raises(DataError, match=r"c\.json: cannot read captions JSON"):
         load_activitynet_captions(path)
+    path.write_text("[]")
+    with pytest.raises(DataError, match=r"c\.json: expected a JSON object"):
+        load_activitynet_captions(path)
     path.write_text(
         json.dumps(
             {
                 "v_a": {"duration": 5, "timestamps": [[0, 1], [1, 2]], "sentences": ["x"]},
                 "v_b": {"duration": -1, "timestamps": [[0, "1"]], "sentences": ["y"]},
+                "v_c": {"duration": True, "timestamps": [[0, 1]], "sentences": ["z"]},
             }
         )
     )
     with pytest.raises(DataErrors) as caught:
         load_activitynet_captions(path)
     problems = caught.value.problems
+    assert any("'v_c'" in p and "'duration'" in p for p in problems)  # a JSON true is not a number
     assert any("'v_a'" in p and "'sentences'" in p for p in problems)
     assert any("'v_b'" in p and "'duration'" in p for p in problems)
     assert any("'v_b'" in p and "'timestamps[0]'" in p for p in problems)
@@ -127,10 +131,18 @@ def test_mix_is_configurable(source: tuple[Path, Path]):
     assert {r["interruption_type"] for r in rows} == {"Cancellation"}
     rows, _ = build_ovi_items(*source, seed=1, mix={"Cancellation": 0, "Correction": 1, "False Trigger": 1})
     assert set(Counter(r["interruption_type"] for r in rows)) == {"Correction", "False Trigger"}
-    with pytest.raises(ValueError, match="mix"):
+    with pytest.raises(SettingError, match="mix"):
         build_ovi_items(*source, seed=1, mix=(1, 1))
-    with pytest.raises(ValueError, match="forms"):
+    with pytest.raises(SettingError, match="forms"):
         build_ovi_items(*source, seed=1, forms=("essay",))
+
+
+def test_reader_and_caption_model_still_importable_from_ovi_train():
+    import data_builders.ovi_train as ovi_train
+    from data_builders import sources
+
+    assert ovi_train.load_activitynet_captions is sources.load_activitynet_captions
+    assert ovi_train.CaptionedVideo is sources.CaptionedVideo and ovi_train.Caption is sources.Caption
 
 
 def test_interruption_falls_inside_the_answer_and_the_video(rows: list[dict]):

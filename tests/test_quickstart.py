@@ -101,3 +101,27 @@ def test_metrics_and_deltas_reach_summary_report_and_wandb(quickstart_run):
             point = summary["benchmarks"][bench]["metrics"][metric]["checkpoints"][f"checkpoint-{step}"]
             assert logged[step][f"{bench}/{metric}/delta"] == pytest.approx(point["delta"])
     assert any("train/loss" in values for values in logged.values())
+
+
+@pytest.mark.slow
+def test_python_m_eval_on_a_saved_checkpoint_reproduces_the_in_training_evaluation(quickstart_run, tmp_path):
+    """Train/eval parity: the same adapter, prompts and media give the same greedy answers."""
+    from test_eval_cli import eval_config
+
+    from eval.run import run as run_eval
+
+    cfg, _ = quickstart_run
+    checkpoint = Path(cfg.run_dir) / "checkpoints" / "checkpoint-6"
+    eval_cfg = eval_config(
+        tmp_path,
+        f"model.name_or_path={cfg.model.name_or_path}",
+        f"adapter={checkpoint}",
+        f"eval.v2p_root={cfg.eval.v2p_root}",
+        f"eval.ovi_root={cfg.eval.ovi_root}",
+        "eval.limit=6",
+    )
+    run_eval(eval_cfg)
+    for bench in ("v2p", "ovi"):
+        during = (Path(cfg.run_dir) / "eval" / "checkpoint-6" / f"{bench}.jsonl").read_text().splitlines()
+        after = (Path(eval_cfg.run_dir) / "eval" / "checkpoint-6" / f"{bench}.jsonl").read_text().splitlines()
+        assert [json.loads(x)["prediction"] for x in during] == [json.loads(x)["prediction"] for x in after]

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from data_builders.errors import DataErrors
 from data_builders.sample import Sample
 from data_builders.v2p_format import (
     INSTRUCTION,
-    DataErrors,
     load_v2p_release,
     parse_options,
     render_question,

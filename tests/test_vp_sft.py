@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data_builders.errors import DataError
+from data_builders.errors import DataError, SettingError
 from data_builders.v2p_format import load_v2p_release, parse_options, render_question
 from data_builders.video_io import read_all_frames, write_mp4
 from data_builders.vp_sft import balance_answer_letters, build_vp_sft, questions_from_tracks
@@ -201,3 +201,9 @@ def test_bad_track_names_file_and_field(world: Path, tmp_path: Path):
     bad.write_text(json.dumps(track))
     with pytest.raises(DataError, match="field 'fps'"):
         questions_from_tracks(bad, world, np.random.default_rng(0), out_root=tmp_path)
+
+
+def test_unknown_prompt_shape_is_a_setting_error(world: Path, tmp_path: Path):
+    with pytest.raises(SettingError, match="shapes"):
+        build_vp_sft(world, tmp_path / "out", seed=0, shapes=("star",))
+    assert not (tmp_path / "out").exists()

@@ -10,8 +10,8 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from data_builders.cli import run_cli
 from train.config import TrainConfig, register_configs
-from train.entry import run_cli
 
 register_configs()
 

@@ -117,6 +117,7 @@ class EvalRunConfig:
 
     model: ModelConfig = field(default_factory=ModelConfig)
     adapter: str | None = None  # a LoRA adapter directory to apply on top of model (a training checkpoint)
+    score_file: str | None = None  # score a V2P response file (release rows + response, model); no model runs
     media: MediaSpec = field(default_factory=MediaSpec)
     eval: EvalConfig = field(default_factory=EvalConfig)
     logger: LoggerConfig = field(default_factory=lambda: LoggerConfig(wandb=False))

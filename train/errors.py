@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from data_builders.errors import SettingError
 
-class ConfigError(ValueError):
+
+class ConfigError(SettingError):
     """A configuration value is wrong or points at something missing; the message names the key."""

@@ -20,6 +20,7 @@ from train.adapter import QwenVLAdapter
 from train.callbacks import CheckpointEval, LogToMetricLogger
 from train.config import PeftConfig, TrainConfig, TrainerConfig
 from train.data import Collator, SampleDataset, check_media, load_samples, quarantine_counts, write_quarantine
+from train.errors import ConfigError
 from train.models import load_model
 
 
@@ -40,7 +41,7 @@ def apply_peft(model, cfg: PeftConfig):
         for name, param in model.named_parameters():
             param.requires_grad = cfg.train_vision or ".visual." not in f".{name}"
         return model
-    raise ValueError(f"peft.method must be 'lora' or 'full', got {cfg.method!r}")
+    raise ConfigError(f"peft.method must be 'lora' or 'full', got {cfg.method!r}")
 
 
 def training_arguments(cfg: TrainerConfig, run_dir: Path):

@@ -1,0 +1,70 @@
+"""Typed configuration for ``python -m data_builders`` (``conf/build.yaml`` and ``conf/builder/``).
+
+Each builder's dataclass is stored in Hydra's ConfigStore in the ``builder`` group
+(``<name>_schema``), and ``conf/builder/<name>.yaml`` starts from it, so the chosen builder's node
+keeps its type: a misspelt key or a wrong type fails when the config is composed, naming the key.
+(A ``builder`` field typed as a Union of the dataclasses would not work: OmegaConf cannot type it.)
+Imports no torch and no builder, so composing a config stays cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from data_builders.build import SyntheticDataConfig
+
+
+@dataclass
+class OviTrainBuild:
+    """OVI-Train from ActivityNet-Captions-format annotations.
+
+    See :func:`~data_builders.ovi_train.build_ovi_train`.
+    """
+
+    captions: str = MISSING  # the annotation JSON: {"v_<id>": {duration, timestamps, sentences}}
+    videos: str = MISSING  # directory holding <key>.mp4 for every annotated video
+    out: str = MISSING  # output directory: ovibench.jsonl, videos/, hf/, stats.md, build_info.json
+    seed: int = 0
+    # Cancellation : Correction : False Trigger
+    mix: list[float] = field(default_factory=lambda: [1.0, 2.0, 1.0])
+    forms: list[str] = field(default_factory=lambda: ["open", "mcq"])  # each instance once per form
+    words_per_second: float = 2.5  # speaking rate that times the interruption
+    source: str = "activitynet"  # the source dataset stored in each row; the format is always ActivityNet's
+
+
+@dataclass
+class VpSftBuild:
+    """Visual-prompt SFT data from object tracks; see :func:`~data_builders.vp_sft.build_vp_sft`."""
+
+    world: str = MISSING  # directory with tracks/*.json and the videos their video_path names
+    out: str = MISSING  # output directory: v2p/ (release format), hf/, stats.md, build_info.json
+    seed: int = 0
+    questions_per_video: int = 4
+    shapes: list[str] = field(default_factory=lambda: ["rectangle", "ellipse", "arrow", "point"])
+
+
+@dataclass
+class BuildConfig:
+    """The primary config: which builder runs (``builder=NAME``) and its settings (``builder.KEY=...``)."""
+
+    builder: Any = MISSING  # typed by the chosen builder's schema, see the module docstring
+    output_root: str = "outputs"  # Hydra's run records go under <output_root>/build/<builder>
+
+
+BUILDER_SCHEMAS: dict[str, type] = {
+    "synthetic": SyntheticDataConfig,
+    "ovi_train": OviTrainBuild,
+    "vp_sft": VpSftBuild,
+}
+
+
+def register_configs() -> None:
+    """Register ``build_schema`` and one ``builder/<name>_schema`` per builder."""
+    store = ConfigStore.instance()
+    store.store(name="build_schema", node=BuildConfig)
+    for name, schema in BUILDER_SCHEMAS.items():
+        store.store(group="builder", name=f"{name}_schema", node=schema)

@@ -1,0 +1,154 @@
+"""File helpers every builder shares: atomic writes, JSON/JSONL reading, linking media, count tables.
+
+Every file a builder writes goes through :func:`atomic_path`: it is written under a temporary name
+beside its destination and renamed into place, so a reader (or a build resumed after a crash) never
+sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from data_builders.errors import DataError
+
+if TYPE_CHECKING:
+    from data_builders.sample import Sample
+
+STATS_FILE = "stats.md"
+BUILD_INFO_FILE = "build_info.json"
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it replaces ``path``, on error it is removed.
+
+    The temporary file is not created here, so whatever writes it creates it with the usual
+    permissions (``mkstemp`` would make it private to the user). Parent directories are created.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write UTF-8 text to ``path`` atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json_atomic(
+    path: str | Path, obj: Any, indent: int | None = None, *, sort_keys: bool = False
+) -> None:
+    """Write ``obj`` as JSON plus a final newline to ``path`` atomically."""
+    write_text_atomic(path, json.dumps(obj, indent=indent, sort_keys=sort_keys) + "\n")
+
+
+def write_jsonl_atomic(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
+    """Write rows as JSONL (one object a line, non-ASCII kept) to ``path`` atomically."""
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def read_json_object(path: str | Path, what: str) -> dict[str, Any]:
+    """Read a JSON file whose top level must be an object.
+
+    Args:
+        path: the file.
+        what: what the file holds, for the message ("captions", "track").
+
+    Raises:
+        DataError: the file is unreadable, not JSON, or not a JSON object.
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise DataError(str(path), f"cannot read {what} JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise DataError(str(path), f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def read_jsonl(path: Path, problems: list[str]) -> list[tuple[int, dict[str, Any]]]:
+    """Parse a JSONL file into ``(line number, object)`` pairs; record malformed lines in ``problems``.
+
+    Blank lines carry no row and are skipped; every other line must be one JSON object.
+
+    Raises:
+        DataError: the file does not exist.
+    """
+    if not path.is_file():
+        raise DataError(str(path), "file not found")
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as err:
+                problems.append(f"row {number}: malformed JSON ({err.msg} at column {err.colno})")
+                continue
+            if not isinstance(obj, dict):
+                problems.append(f"row {number}: expected a JSON object, got {type(obj).__name__}")
+                continue
+            rows.append((number, obj))
+    return rows
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    """Hardlink ``src`` to ``dst`` (copy across filesystems); an existing ``dst`` is kept."""
+    if dst.exists():
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def crosstab_markdown(pairs: Iterable[tuple[str, str]], row_title: str) -> str:
+    """A markdown table counting ``(row, column)`` pairs, with totals."""
+    counts = Counter(pairs)
+    rows = sorted({r for r, _ in counts}, key=_natural)
+    cols = sorted({c for _, c in counts}, key=_natural)
+    lines = [f"| {row_title} | " + " | ".join(cols) + " | total |", "|---" * (len(cols) + 2) + "|"]
+    for r in rows:
+        cells = [counts[(r, c)] for c in cols]
+        lines.append(f"| {r} | " + " | ".join(map(str, cells)) + f" | {sum(cells)} |")
+    totals = [sum(counts[(r, c)] for r in rows) for c in cols]
+    lines.append("| total | " + " | ".join(map(str, totals)) + f" | {sum(totals)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _natural(label: str) -> list:
+    """Sort key putting "3 OD" before "10 GC"."""
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", label) if t]
+
+
+def save_samples(samples: Iterable[Sample], path: Path) -> None:
+    """Save samples as the HF dataset training reads (``datasets.load_from_disk`` + ``Sample.from_row``)."""
+    import datasets  # imported here: heavy, and only this final save needs it
+
+    datasets.Dataset.from_list([s.to_row() for s in samples]).save_to_disk(str(path))
+
+
+def write_reports(out_dir: Path, stats: str, info: dict[str, Any]) -> None:
+    """Write a build's human summary (``stats.md``) and its machine summary (``build_info.json``)."""
+    write_text_atomic(out_dir / STATS_FILE, stats)
+    write_json_atomic(out_dir / BUILD_INFO_FILE, info, indent=2, sort_keys=True)

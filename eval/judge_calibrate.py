@@ -1,0 +1,101 @@
+"""Validate an LLM judge against human scores: MAE per metric, like the OVIBench paper's Table 1.
+
+    python -m eval.judge_calibrate --human human_scores.jsonl --base-url http://localhost:8000/v1 \\
+        --model Qwen/Qwen3-VL-235B-A22B-Instruct
+    python -m eval.judge_calibrate --human human_scores.jsonl --hf-model /ckpt/Qwen3-8B
+
+The human file's format is described in ``eval.judge.calibrate``. The API key is read from the
+environment variable named by ``--api-key-env`` and never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from eval.judge import HFJudge, Judge, JudgeBackend, OpenAICompatibleJudge, calibrate
+
+# Seed 003, Table 1: the lowest MAE any judge reached per metric (VES: Qwen3-VL-30B-A3B; the others:
+# Qwen3-VL-235B-A22B). A reference point for how good a judge can be, not a pass mark.
+PAPER_BEST_MAE: dict[str, float] = {
+    "iac": 0.0508,
+    "tfs": 0.3672,
+    "ves": 0.8477,
+    "ifa": 0.0625,
+    "cfs": 0.5547,
+    "ccs": 0.9453,
+}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    summary = __doc__.split("\n")[0]
+    parser = argparse.ArgumentParser(prog="python -m eval.judge_calibrate", description=summary)
+    parser.add_argument("--human", required=True, type=Path, help="JSONL of items with human scores")
+    backend = parser.add_mutually_exclusive_group(required=True)
+    backend.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    backend.add_argument("--hf-model", help="a local transformers text model (directory or hub cache name)")
+    parser.add_argument("--model", help="served model name (with --base-url)")
+    parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="env variable holding the API key")
+    parser.add_argument("--timeout-s", type=float, default=60.0)
+    parser.add_argument("--max-retries", type=int, default=3)
+    parser.add_argument("--backoff-s", type=float, default=1.0)
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--cache", type=Path, help="judgement cache (JSONL); default: next to --human")
+    parser.add_argument("--out", type=Path, help="also write the table as JSON here")
+    args = parser.parse_args(argv)
+    if args.base_url and not args.model:
+        parser.error("--base-url needs --model")
+    return args
+
+
+def make_backend(args: argparse.Namespace) -> tuple[JudgeBackend, str]:
+    """The backend the arguments describe, and its identity."""
+    if args.hf_model:
+        hf = HFJudge(args.hf_model, max_new_tokens=args.max_new_tokens)
+        return hf, hf.identity
+    api = OpenAICompatibleJudge(
+        args.base_url,
+        args.model,
+        api_key_env=args.api_key_env,
+        timeout_s=args.timeout_s,
+        max_retries=args.max_retries,
+        backoff_s=args.backoff_s,
+        max_tokens=args.max_new_tokens,
+    )
+    return api, api.identity
+
+
+def format_table(results: dict[str, dict], identity: str) -> str:
+    """A plain-text table: metric, MAE, items, unjudged, the paper's best MAE."""
+    lines = [f"judge: {identity}", f"{'metric':<8}{'MAE':>8}{'n':>6}{'unjudged':>10}{'paper best':>12}"]
+    for metric, row in results.items():
+        mae = "-" if row["mae"] is None else f"{row['mae']:.4f}"
+        best = PAPER_BEST_MAE.get(metric)
+        lines.append(
+            f"{metric.upper():<8}{mae:>8}{row['n']:>6}{row['n_unjudged']:>10}"
+            f"{'-' if best is None else f'{best:.4f}':>12}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    backend, identity = make_backend(args)
+    cache = args.cache or args.human.with_name(args.human.stem + ".judge_cache.jsonl")
+    try:
+        results = calibrate(Judge(backend, identity, cache), args.human)
+    except (OSError, ValueError) as err:  # a missing or malformed human file: one line, not a traceback
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(format_table(results, identity))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"judge": identity, "metrics": results}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
