@@ -47,6 +47,8 @@ def _ovi_train(cfg: OviTrainBuild) -> None:
         forms=cfg.forms,
         words_per_second=cfg.words_per_second,
         source=cfg.source,
+        source_format=cfg.format,
+        source_options=dict(cfg.source_options),
     )
     print(f"ovi_train: {out}")
 

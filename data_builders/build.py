@@ -64,7 +64,19 @@ def _config_hash(cfg: SyntheticDataConfig) -> str:
 
 
 def build_synthetic(cfg: SyntheticDataConfig) -> SyntheticPaths:
-    """Render the worlds and build the four datasets, unless an identical build is already there."""
+    """Render the worlds and build the four datasets, unless an identical build is already there.
+
+    Safe to call from every rank of a multi-process run: the first takes a file lock and builds,
+    the others wait for it and then reuse the build.
+    """
+    from filelock import FileLock
+
+    Path(cfg.root).parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{cfg.root}.lock"):
+        return _build_synthetic(cfg)
+
+
+def _build_synthetic(cfg: SyntheticDataConfig) -> SyntheticPaths:
     from data_builders.ovi_train import build_ovi_train
     from data_builders.synthetic_world import build_world
     from data_builders.vp_sft import build_vp_sft

@@ -20,20 +20,24 @@ from data_builders.build import SyntheticDataConfig
 
 @dataclass
 class OviTrainBuild:
-    """OVI-Train from ActivityNet-Captions-format annotations.
+    """OVI-Train from a source dataset's annotations (``format``: a key of ``data_builders.sources.SOURCES``).
 
     See :func:`~data_builders.ovi_train.build_ovi_train`.
     """
 
-    captions: str = MISSING  # the annotation JSON: {"v_<id>": {duration, timestamps, sentences}}
-    videos: str = MISSING  # directory holding <key>.mp4 for every annotated video
+    captions: str = MISSING  # the annotation file (a directory of JSON files for moviechat)
+    videos: str = MISSING  # directory holding the annotated videos (<key>.mp4 for activitynet)
     out: str = MISSING  # output directory: ovibench.jsonl, videos/, hf/, stats.md, build_info.json
     seed: int = 0
     # Cancellation : Correction : False Trigger
     mix: list[float] = field(default_factory=lambda: [1.0, 2.0, 1.0])
     forms: list[str] = field(default_factory=lambda: ["open", "mcq"])  # each instance once per form
     words_per_second: float = 2.5  # speaking rate that times the interruption
-    source: str = "activitynet"  # the source dataset stored in each row; the format is always ActivityNet's
+    # activitynet | qvhighlights | youcook2 | ucf_crime | moviechat: how `captions` is read
+    format: str = "activitynet"
+    # the reader's options, e.g. {subset: training} (youcook2), {window_s: 10} (moviechat)
+    source_options: dict[str, Any] = field(default_factory=dict)
+    source: str | None = None  # the source name stored in each row; None: the format's name
 
 
 @dataclass

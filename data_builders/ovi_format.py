@@ -19,6 +19,7 @@ one JSON object per line in ``<root>/ovibench.jsonl``, videos under ``<root>/vid
     format              "mcq" | "open"
     options             mcq only: 4 candidate continuations
     answer_letter       mcq only: the letter of the right continuation
+    visual_evidence     optional: a text description of the video up to t_i (shown to the LLM judge)
 
 A row becomes a four-turn :class:`~data_builders.sample.Sample`: question over video [0, t_q],
 partial answer (no loss: it is given, not predicted), interruption with video (t_q, t_i], reaction
@@ -96,10 +97,16 @@ def ovi_row_to_sample(row: dict[str, Any], root: str | Path) -> Sample:
         "options": row.get("options"),
         "question": row["question"],
         "reference_reaction": row["reference_reaction"],
+        # The LLM judge's prompt needs the conversation so far (eval.judge.item_from_record).
+        "answer": row["answer"],
+        "partial_answer": row["partial_answer"],
+        "interruption": row["interruption"],
         "duration": float(row["duration"]),
         "question_time": t_q,
         "interruption_time": t_i,
     }
+    if row.get("visual_evidence"):
+        meta["visual_evidence"] = row["visual_evidence"]
     if row["format"] == "mcq":
         meta["answer_letter"] = row["answer_letter"]
     start, end = row["segment"]

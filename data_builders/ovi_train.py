@@ -11,8 +11,10 @@ open and/or multiple-choice form, as rows of :mod:`data_builders.ovi_format`.
 Objects are found with a closed colour/shape vocabulary (the synthetic world's captions, and simple
 real ones such as "a red circle ..."); other captions get time-window questions only.
 
-The ActivityNet reader and the caption model live in :mod:`data_builders.sources`; they stay
-importable from here.
+The source readers (ActivityNet, QVHighlights, YouCook2, UCF-Crime, MovieChat; chosen by
+``source_format``) and the caption model live in :mod:`data_builders.sources`; the ActivityNet reader
+and the caption model stay importable from here. A caption with its own question (MovieChat's
+breakpoint QA) is asked that question, and a correction to it asks another such question.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import numpy as np
 from data_builders.errors import DataError, SettingError
 from data_builders.files import crosstab_markdown, link_or_copy, save_samples, write_reports
 from data_builders.ovi_format import FORMATS, LETTERS, OVI_TYPES, load_ovibench, write_ovibench
-from data_builders.sources.activitynet import load_activitynet_captions
+from data_builders.sources import read_source
+from data_builders.sources.activitynet import load_activitynet_captions  # noqa: F401  (re-exported)
 from data_builders.sources.captions import Caption, CaptionedVideo
 
 DEFAULT_MIX = {"Cancellation": 1, "Correction": 2, "False Trigger": 1}
@@ -55,6 +58,7 @@ CORRECTION_OBJECT = (
     "No, I was asking about the {}.",
 )
 CORRECTION_TIME = ("Sorry, I meant between {} s and {} s.", "Wait, I meant the part from {} s to {} s.")
+CORRECTION_QUESTION = ("Sorry, I meant to ask: {}", "Wait, my question is actually: {}")
 _FALLBACK_DISTRACTORS = ("I can't tell from the video.", "Could you repeat the question?")
 # Closed vocabularies for spotting objects in captions ("a red circle", "the blue car").
 COLOUR_WORDS = tuple("red orange yellow green blue purple pink brown black white grey".split())
@@ -81,6 +85,7 @@ class _QA:
     end: float  # when all its evidence has been seen
     name: str | None = None  # the object asked about; None for a time-window question
     window: tuple[str, str] = ("", "")  # the time window asked about, for a time-window question
+    own: bool = False  # the source's own question (Caption.question), not a template
 
 
 @dataclass(frozen=True)
@@ -101,11 +106,13 @@ def _video_qas(video: CaptionedVideo) -> list[_QA]:
     """A time-window question per distinct window, and "Describe what the X does." per object.
 
     Captions sharing a window are answered together; an object is described by its longest caption.
+    A caption with its own question (a source QA pair) is asked that question instead, on its own.
     """
     windows: dict[tuple[str, str], list[Caption]] = {}
     for cap in video.captions:
-        windows.setdefault((_secs(cap.start), _secs(cap.end)), []).append(cap)
-    qas = []
+        if cap.question is None:
+            windows.setdefault((_secs(cap.start), _secs(cap.end)), []).append(cap)
+    qas = [_own_qa(cap) for cap in video.captions if cap.question is not None]
     for (start, end), caps in windows.items():
         question = f"What happens in the video between {start} s and {end} s?"
         answer = _as_sentence(" and ".join(c.sentence for c in caps))
@@ -132,6 +139,12 @@ def _video_qas(video: CaptionedVideo) -> list[_QA]:
             )
         )
     return qas
+
+
+def _own_qa(cap: Caption) -> _QA:
+    """A source's QA pair: the caption's own question, answered by its sentence."""
+    answer = _as_sentence(cap.sentence)
+    return _QA(cap.question, answer, frozenset([cap.index]), _mentions(answer), cap.end, own=True)
 
 
 def _scenes(video: CaptionedVideo, qas: list[_QA], rng: np.random.Generator) -> list[_Scene]:
@@ -161,6 +174,8 @@ def _correction(scene: _Scene, t_i: float, rng: np.random.Generator) -> tuple[st
     qa = candidates[int(rng.integers(len(candidates)))]
     if qa.name is not None:
         return _pick(CORRECTION_OBJECT, rng).format(qa.name), qa
+    if qa.own:
+        return _pick(CORRECTION_QUESTION, rng).format(qa.question), qa
     return _pick(CORRECTION_TIME, rng).format(*qa.window), qa
 
 
@@ -274,38 +289,50 @@ def build_ovi_items(
     mix: Mapping[str, float] | Sequence[float] = DEFAULT_MIX,
     forms: Sequence[str] = FORMATS,
     words_per_second: float = 2.5,
-    source: str = "activitynet",
+    source: str | None = None,
     video_prefix: str = "videos",
+    source_format: str = "activitynet",
+    source_options: Mapping[str, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """Build OVIBench-format rows from captions; videos are ``<videos_dir>/<key>.mp4``.
+    """Build OVIBench-format rows from a source's annotations and the videos under ``videos_dir``.
 
     Args:
+        captions_path: the annotation file (a directory of JSON files for MovieChat).
+        source_format: which reader of :data:`data_builders.sources.SOURCES` reads ``captions_path``.
+        source_options: keyword options for that reader (e.g. ``{"subset": "training"}``).
         mix: type weights, a mapping or ``(Cancellation, Correction, False Trigger)``.
         forms: any of ``"open"``, ``"mcq"``; each instance is written once per form.
         words_per_second: speaking rate mapping the answer's cut word to the interruption time.
-        source: provenance name stored in each row (e.g. ``"synthetic"`` for the synthetic world).
-        video_prefix: rows store ``<video_prefix>/<key>.mp4``, relative to the caller's root.
+        source: provenance name stored in each row (e.g. ``"synthetic"`` for the synthetic world);
+            defaults to ``source_format``.
+        video_prefix: rows store ``<video_prefix>/<video file>``, relative to the caller's root, where the
+            video file is its path under ``videos_dir`` (``<key>.mp4`` unless the reader found it elsewhere).
 
     Returns:
-        ``(rows, quarantined)``: quarantine reasons for bad segments and missing videos.
+        ``(rows, quarantined)``: quarantine reasons for bad segments, missing videos and answers too
+        short to interrupt (fewer than two words).
 
     Raises:
-        SettingError: a bad ``mix`` or ``forms``.
+        SettingError: a bad ``mix``, ``forms``, ``source_format`` or ``source_options``.
         DataError: an unreadable or malformed captions file (every bad entry listed).
     """
     if not set(forms) <= set(FORMATS) or not forms:
         raise SettingError(f"forms must be a non-empty subset of {FORMATS}, got {forms}")
     shares, rng = mix_shares(mix), np.random.default_rng(seed)
-    videos, quarantined = load_activitynet_captions(captions_path)
+    source = source or source_format
+    videos, quarantined = read_source(source_format, captions_path, videos_dir, **(source_options or {}))
     scenes = []
     for video in videos:
-        if not (Path(videos_dir) / f"{video.key}.mp4").is_file():
-            quarantined.append(f"{video.key}: video not found in {videos_dir}")
+        if not (Path(videos_dir) / video.file).is_file():
+            quarantined.append(f"{video.key}: video not found in {videos_dir} (as {video.file})")
             continue
         scenes += _scenes(video, _video_qas(video), rng)
     type_counts, letters, rows = Counter(), Counter(), []
     for i in rng.permutation(len(scenes)):
         scene = scenes[i]
+        if len(scene.qa.answer.split()) < 2:  # no word boundary inside it to interrupt at
+            quarantined.append(f"{scene.video.key}[{scene.caption.index}]: answer too short to interrupt")
+            continue
         instance = _instance(scene, shares, type_counts, words_per_second, rng)
         if instance is None:
             quarantined.append(
@@ -313,7 +340,7 @@ def build_ovi_items(
             )
             continue
         base = {
-            "video_path": f"{video_prefix}/{scene.video.key}.mp4",
+            "video_path": f"{video_prefix}/{scene.video.file}",
             "duration": scene.video.duration,
             "source": source,
             "source_id": scene.video.key,
@@ -337,7 +364,9 @@ def build_ovi_train(
     mix: Mapping[str, float] | Sequence[float] = DEFAULT_MIX,
     forms: Sequence[str] = FORMATS,
     words_per_second: float = 2.5,
-    source: str = "activitynet",
+    source: str | None = None,
+    source_format: str = "activitynet",
+    source_options: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write ``ovibench.jsonl``, ``videos/``, ``hf/``, ``stats.md`` and ``build_info.json`` to ``out_dir``.
 
@@ -353,7 +382,9 @@ def build_ovi_train(
         "mix": mix_shares(mix),
         "forms": list(forms),
         "words_per_second": words_per_second,
-        "source": source,
+        "source": source or source_format,
+        "source_format": source_format,
+        "source_options": dict(source_options or {}),
     }
     rows, quarantined = build_ovi_items(
         captions_path,
@@ -363,11 +394,13 @@ def build_ovi_train(
         forms=forms,
         words_per_second=words_per_second,
         source=source,
+        source_format=source_format,
+        source_options=source_options,
     )
     if not rows:
         raise DataError(str(captions_path), f"no usable caption segments ({len(quarantined)} quarantined)")
-    for key in sorted({r["source_id"] for r in rows}):
-        link_or_copy(Path(videos_dir) / f"{key}.mp4", out_dir / "videos" / f"{key}.mp4")
+    for file in sorted({r["video_path"].removeprefix("videos/") for r in rows}):
+        link_or_copy(Path(videos_dir) / file, out_dir / "videos" / file)
     write_ovibench(rows, out_dir)
     save_samples(load_ovibench(out_dir), out_dir / "hf")
     _write_reports(out_dir, rows, quarantined, seed=seed, captions=str(captions_path), settings=settings)

@@ -4,13 +4,22 @@ Per-sample results are appended to ``<run_dir>/eval/<model name>/<benchmark>.jso
 so a killed evaluation resumes with only the missing items. After each model, ``summary.json``
 and ``report.md`` are rewritten (atomically) from every result on disk, and the metrics with their
 deltas against the baseline are logged to W&B at that model's training step.
+
+Open-ended OVIBench items are scored by the LLM judge (``eval.judge``) when one is configured: after
+generation, every open-ended record whose judgement is missing, incomplete or by another judge is
+judged and appended again (the last line per id wins), so a resumed evaluation re-asks only what failed;
+the judge's cache makes the rest free. Metrics that could not be judged are counted in the record's
+``n_unjudged_metrics`` and never scored.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -19,16 +28,23 @@ from data_builders.media import FrameCache, MediaSpec
 from data_builders.ovi_format import load_ovibench
 from data_builders.sample import Sample
 from data_builders.v2p_format import load_v2p_release
+from eval.judge import UNJUDGED, HFJudge, Judge, OpenAICompatibleJudge
 from eval.metric_logging import MetricLogger
 from eval.report import write_report
+from eval.rubrics import APPLIES_TO, METRICS, RUBRIC_VERSION, get_metric, metrics_for
 from eval.scoring import category_keys, score_ovi, score_v2p
 from eval.summary import build_summary
 from train.adapter import QwenVLAdapter
-from train.config import EvalConfig
+from train.config import EvalConfig, JudgeConfig
 from train.data import check_media, quarantine_counts, write_quarantine
 from train.errors import ConfigError
 
 SCORERS: dict[str, Callable[[dict], dict]] = {"v2p": score_v2p, "ovi": score_ovi}
+NO_JUDGE = "not configured: open-ended OVI items are generated and kept, but not scored"
+# A judging pass stops asking after this many records in a row got no reply at all (server down, wrong
+# URL): their metrics stay unjudged and are asked again by the next evaluation, instead of every
+# remaining request running through its retries first.
+_GIVE_UP_AFTER = 20
 
 
 def load_benchmark(name: str, cfg: EvalConfig) -> list[Sample]:
@@ -44,6 +60,67 @@ def load_benchmark(name: str, cfg: EvalConfig) -> list[Sample]:
     else:
         raise ConfigError(f"eval.benchmarks: unknown benchmark {name!r} (known: v2p, ovi)")
     return samples[: cfg.limit] if cfg.limit else samples
+
+
+def make_judge(cfg: JudgeConfig, run_dir: str | Path) -> Judge | None:
+    """The configured LLM judge, or None for ``backend: none``.
+
+    A literal ``${run_dir}`` in ``cfg.cache`` (a config built in Python rather than composed by Hydra)
+    is replaced by ``run_dir``.
+
+    Raises:
+        ConfigError: on an unknown backend or metric, or a backend setting that is missing or malformed.
+    """
+    if cfg.backend == "none":
+        return None
+    for name in cfg.metrics or []:
+        try:
+            get_metric(name)
+        except ValueError as err:
+            raise ConfigError(f"judge.metrics: {err}") from err
+    backend: OpenAICompatibleJudge | HFJudge
+    if cfg.backend == "openai":
+        if not cfg.base_url or not cfg.model:
+            raise ConfigError("judge=openai needs judge.base_url and judge.model")
+        try:
+            backend = OpenAICompatibleJudge(
+                cfg.base_url,
+                cfg.model,
+                api_key_env=cfg.api_key_env,
+                timeout_s=cfg.timeout_s,
+                max_retries=cfg.max_retries,
+                backoff_s=cfg.backoff_s,
+                max_tokens=cfg.max_tokens,
+            )
+        except ValueError as err:
+            raise ConfigError(f"judge: {err}") from err
+    elif cfg.backend == "hf":
+        if not cfg.hf_model:
+            raise ConfigError("judge=hf needs judge.hf_model (a local directory or a hub-cache name)")
+        backend = HFJudge(cfg.hf_model, max_new_tokens=cfg.hf_max_new_tokens)
+    else:
+        raise ConfigError(f"judge.backend: unknown backend {cfg.backend!r} (known: none, openai, hf)")
+    cache = cfg.cache.replace("${run_dir}", str(run_dir)) if cfg.cache else None
+    return Judge(backend, backend.identity, cache)
+
+
+def judge_summary(judge: Judge | None, metrics: list[str] | None = None) -> str | dict[str, Any]:
+    """The summary's ``judge`` entry: what judged the open-ended items, on which metrics and types."""
+    if judge is None:
+        return NO_JUDGE
+    names = [name for name in METRICS if metrics is None or name in metrics]
+    return {
+        "identity": judge.identity,
+        "rubric_version": RUBRIC_VERSION,
+        "applies_to": {name: list(APPLIES_TO[name]) for name in names},
+        "scales": {name: list(METRICS[name].scale) for name in names},
+        "unjudged": "metrics the judge could not score are counted in n_unjudged, never averaged in",
+    }
+
+
+def is_open_ovi(record: dict) -> bool:
+    """Whether a record is an open-ended OVIBench item (scored by the judge, not by rule)."""
+    return record.get("task") == "ovi" and record.get("meta", {}).get("format") == "open"
 
 
 def _read_results(path: Path) -> dict[str, dict]:
@@ -68,13 +145,23 @@ class Evaluator:
         cache: the frame cache shared with training.
         run_dir: where ``eval/``, ``summary.json`` and ``report.md`` go.
         logger: W&B (or a null logger).
+        judge: the LLM judge of open-ended OVIBench items; None or ``backend: none`` leaves them unscored.
     """
 
     def __init__(
-        self, cfg: EvalConfig, media: MediaSpec, cache: FrameCache, run_dir: str | Path, logger: MetricLogger
+        self,
+        cfg: EvalConfig,
+        media: MediaSpec,
+        cache: FrameCache,
+        run_dir: str | Path,
+        logger: MetricLogger,
+        judge: JudgeConfig | None = None,
     ):
         self.cfg, self.media, self.cache, self.logger = cfg, media, cache, logger
         self.run_dir = Path(run_dir)
+        self.judge_cfg = judge or JudgeConfig()
+        self.judge = make_judge(self.judge_cfg, self.run_dir)  # built once: its cache is read once
+        self._ovi_meta: dict[str, dict] | None = None  # OVIBench meta by item id, built on first use
         self.benchmarks: dict[str, list[Sample]] = {}
         self.quarantine: dict[str, dict[str, int]] = {}
         for name in cfg.benchmarks:
@@ -92,15 +179,21 @@ class Evaluator:
         )
 
     @torch.no_grad()
-    def generate(self, model, adapter: QwenVLAdapter, samples: list[Sample]) -> list[str]:
-        """Greedy answers for a batch of samples."""
+    def generate(
+        self, model, adapter: QwenVLAdapter, samples: list[Sample], max_new_tokens: int | None = None
+    ) -> list[str]:
+        """Greedy answers for a batch of samples (``max_new_tokens`` defaults to ``cfg.max_new_tokens``)."""
         batch = adapter.batch([adapter.render(s, for_generation=True) for s in samples], padding_side="left")
         batch = batch.to(model.device)
-        pad_id = adapter.pad_id
-        out = model.generate(
-            **batch, max_new_tokens=self.cfg.max_new_tokens, do_sample=False, pad_token_id=pad_id
-        )
+        length = max_new_tokens or self.cfg.max_new_tokens
+        out = model.generate(**batch, max_new_tokens=length, do_sample=False, pad_token_id=adapter.pad_id)
         return adapter.decode_generated(out, batch["input_ids"].shape[1])
+
+    def generation_length(self, sample: Sample) -> int:
+        """New tokens allowed: open-ended reactions need sentences, answers to choose from a few tokens."""
+        if sample.task == "ovi" and sample.meta.get("format") == "open":
+            return self.cfg.max_new_tokens_open
+        return self.cfg.max_new_tokens
 
     def run_benchmark(self, model, adapter: QwenVLAdapter, model_name: str, name: str) -> list[dict]:
         """Scored per-sample records of one model on one benchmark (resuming from disk)."""
@@ -108,23 +201,116 @@ class Evaluator:
         path.parent.mkdir(parents=True, exist_ok=True)
         done = _read_results(path)
         todo = [s for s in self.benchmarks[name] if s.id not in done]
-        size = self.cfg.batch_size
         with path.open("a") as out:
-            for start in tqdm(range(0, len(todo), size), desc=f"eval {model_name} {name}", unit="batch"):
-                chunk = todo[start : start + size]
-                for sample, prediction in zip(chunk, self.generate(model, adapter, chunk), strict=True):
-                    record = {
-                        "id": sample.id,
-                        "task": sample.task,
-                        "prediction": prediction,
-                        "meta": sample.meta,
-                    }
-                    record["scores"] = SCORERS[name](record)
-                    record["categories"] = category_keys(record)
+            batches = list(self._batches(todo))
+            for length, chunk in tqdm(batches, desc=f"eval {model_name} {name}", unit="batch"):
+                predictions = self.generate(model, adapter, chunk, max_new_tokens=length)
+                for sample, prediction in zip(chunk, predictions, strict=True):
+                    record = self._record(sample, prediction)
                     done[sample.id] = record
                     out.write(json.dumps(record) + "\n")
                 out.flush()
+            for record in self._judge_pending(done, desc=f"judge {model_name} {name}"):
+                done[record["id"]] = record
+                out.write(json.dumps(record) + "\n")
+                out.flush()
         return [done[s.id] for s in self.benchmarks[name]]
+
+    def _batches(self, samples: list[Sample]) -> Iterator[tuple[int, list[Sample]]]:
+        """``(max_new_tokens, batch)``: samples grouped by generation length, so short answers never
+        wait for long ones to finish."""
+        by_length: dict[int, list[Sample]] = {}
+        for sample in samples:
+            by_length.setdefault(self.generation_length(sample), []).append(sample)
+        size = self.cfg.batch_size
+        for length, group in sorted(by_length.items()):
+            for start in range(0, len(group), size):
+                yield length, group[start : start + size]
+
+    def _record(self, sample: Sample, prediction: str) -> dict[str, Any]:
+        """A scored record; open-ended OVI items start with every applicable metric unjudged."""
+        record: dict[str, Any] = {"id": sample.id, "task": sample.task, "prediction": prediction}
+        record["meta"] = sample.meta
+        record["scores"] = SCORERS[sample.task](record)
+        record["categories"] = category_keys(record)
+        if is_open_ovi(record):
+            record["n_unjudged_metrics"] = len(self.judged_metrics(record))
+        return record
+
+    # -----------------------------------------------------------------------------------------------
+    # Judging
+
+    def judged_metrics(self, record: dict) -> list[str]:
+        """The judge metrics of an open-ended record: those for its type, narrowed by ``judge.metrics``."""
+        wanted = self.judge_cfg.metrics
+        names = metrics_for(record["meta"]["interruption_type"])
+        return [name for name in names if wanted is None or name in wanted]
+
+    def needs_judging(self, record: dict) -> bool:
+        """Whether an open-ended record lacks a complete, current judgement by the configured judge."""
+        if self.judge is None or not is_open_ovi(record):
+            return False
+        judgements = record.get("judgements")
+        if judgements is None or record.get("n_unjudged_metrics", 0) > 0:
+            return True
+        if set(judgements) != set(self.judged_metrics(record)):
+            return True
+        return any(
+            j.get("judge") != self.judge.identity or j.get("rubric_version") != RUBRIC_VERSION
+            for j in judgements.values()
+        )
+
+    def judge_record(self, record: dict) -> dict:
+        """A copy of ``record`` with judged scores merged in, its judgements and its unjudged count.
+
+        Earlier judged scores are dropped first, so a metric that fails now is not kept from a stale run.
+        """
+        judged = {**record, "meta": self._current_meta(record)}
+        result = self.judge.judge_record(judged, self.judged_metrics(judged))
+        judged["scores"] = {**SCORERS["ovi"](judged), **result.scores}
+        judged["n_unjudged_metrics"] = result.n_unjudged
+        judged["judgements"] = result.judgements
+        return judged
+
+    def _current_meta(self, record: dict) -> dict:
+        """The benchmark's meta for the record's item (records from older runs may lack judge fields)."""
+        if self._ovi_meta is None:
+            self._ovi_meta = {sample.id: sample.meta for sample in self.benchmarks.get("ovi", [])}
+        return self._ovi_meta.get(record["id"], record["meta"])
+
+    def _judge_pending(self, done: dict[str, dict], desc: str) -> Iterator[dict]:
+        """Judge every record in ``done`` that needs it, yielding each judged record in order."""
+        pending = [record for record in done.values() if self.needs_judging(record)]
+        if not pending:
+            return
+        # An HF judge shares this process's GPU: one at a time. HTTP requests overlap.
+        workers = self.judge_cfg.workers if self.judge_cfg.backend == "openai" else 1
+        failed_in_a_row = 0
+        pool = ThreadPoolExecutor(max_workers=max(1, workers))
+        try:
+            for record in tqdm(
+                self._bounded(pool, pending, workers), total=len(pending), desc=desc, unit="item"
+            ):
+                failed_in_a_row = failed_in_a_row + 1 if _no_reply(record) else 0
+                yield record
+                if failed_in_a_row >= _GIVE_UP_AFTER:
+                    warnings.warn(
+                        f"{desc}: the judge gave no reply for {failed_in_a_row} items in a row; the rest "
+                        "stay unjudged and are asked again by the next evaluation",
+                        stacklevel=2,
+                    )
+                    return
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)  # requests already sent are let finish
+
+    def _bounded(self, pool: ThreadPoolExecutor, records: list[dict], workers: int) -> Iterable[dict]:
+        """Judged records in order, with at most ``2 * workers`` submitted ahead, so giving up is quick."""
+        ahead = max(1, 2 * workers)
+        futures = [pool.submit(self.judge_record, record) for record in records[:ahead]]
+        for index in range(len(records)):
+            if index + ahead < len(records):
+                futures.append(pool.submit(self.judge_record, records[index + ahead]))
+            yield futures[index].result()
 
     def evaluate(self, model, adapter: QwenVLAdapter, model_name: str, step: int) -> dict:
         """Evaluate one model on every benchmark, then refresh summary, report and W&B."""
@@ -158,10 +344,11 @@ class Evaluator:
             "generation": {
                 "do_sample": False,
                 "max_new_tokens": self.cfg.max_new_tokens,
+                "max_new_tokens_open": self.cfg.max_new_tokens_open,
                 "input_order": self.cfg.input_order,
             },
             "quarantine": self.quarantine,
-            "judge": "not configured: open-ended OVI items are generated and kept, but not scored",
+            "judge": judge_summary(self.judge, self.judge_cfg.metrics),
         }
         summary = build_summary(
             results_of(base_name), checkpoints, extra, n_resamples=self.cfg.bootstrap_resamples
@@ -172,6 +359,7 @@ class Evaluator:
     def _log(self, summary: dict, model_name: str, step: int, results: dict[str, list[dict]]) -> None:
         values = {}
         for bench, table in summary["benchmarks"].items():
+            values[f"{bench}/n_unjudged"] = table["n_unjudged"]
             for metric, entry in table["metrics"].items():
                 point = entry["checkpoints"].get(model_name)
                 values[f"{bench}/{metric}"] = entry["baseline"] if point is None else point["value"]
@@ -180,3 +368,9 @@ class Evaluator:
         self.logger.log(values, step=step)
         for bench, records in results.items():
             self.logger.log_table(f"{bench}/samples_{model_name}", records, step=step)
+
+
+def _no_reply(record: dict) -> bool:
+    """Whether the judge gave no reply at all for any metric of a judged record."""
+    judgements = record.get("judgements") or {}
+    return bool(judgements) and all(j["status"] == UNJUDGED for j in judgements.values())

@@ -1,8 +1,11 @@
 """Render ``summary.json`` (see ``eval.summary.build_summary``) as a markdown report, and write both.
 
-Numbers are percentages with one decimal; deltas are percentage points with a sign and the paired 95%
-bootstrap interval. Per benchmark the report shows a headline table of the overall metrics for every
-checkpoint, then per-category tables comparing the baseline with the last checkpoint.
+Rates (0/1 metrics) are percentages with one decimal and their deltas percentage points; the 1–10 judge
+scores (TFS, VES, CFS, CCS) are plain means with two decimals and their deltas score points. Deltas carry
+a sign and the paired 95% bootstrap interval. Per benchmark the report shows a headline table of the
+overall metrics for every checkpoint, then per-category tables comparing the baseline with the last
+checkpoint, and for OVIBench a radar plot per interruption type (``eval.radar``) when matplotlib is
+installed.
 """
 
 from __future__ import annotations
@@ -13,7 +16,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from eval.radar import write_radar
+from eval.rubrics import METRICS as JUDGED_METRICS
 from eval.scoring import DIMENSIONS, TASK_GROUPS
+from eval.summary import is_graded
 
 BENCHMARK_TITLES = {"v2p": "V2P-Bench", "ovi": "OVIBench"}
 # Top-level summary keys rendered elsewhere than in the settings list.
@@ -28,17 +34,23 @@ _VALUE_ORDER: dict[str, list[str]] = {
 _MISSING = "–"
 
 
-def render_report(summary: dict[str, Any]) -> str:
-    """The markdown report for one run's summary."""
+def render_report(summary: dict[str, Any], figures: dict[str, str] | None = None) -> str:
+    """The markdown report for one run's summary.
+
+    Args:
+        summary: the content of ``summary.json``.
+        figures: benchmark -> an image path relative to the report, shown in that benchmark's section.
+    """
     lines = ["# Evaluation report", "", _checkpoint_line(summary), ""]
     lines += _settings_section(summary)
     for benchmark, entry in summary["benchmarks"].items():
-        lines += _benchmark_section(summary, benchmark, entry)
+        lines += _benchmark_section(summary, benchmark, entry, (figures or {}).get(benchmark))
     return "\n".join(lines).rstrip() + "\n"
 
 
 def write_report(summary: dict[str, Any], run_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
-    """Write ``summary.json`` and ``report.md`` into ``run_dir``, each atomically.
+    """Write ``summary.json``, the OVIBench radar plot (when there is one to draw) and ``report.md`` into
+    ``run_dir``, each atomically.
 
     Returns:
         ``(summary_path, report_path)``.
@@ -46,7 +58,9 @@ def write_report(summary: dict[str, Any], run_dir: str | os.PathLike[str]) -> tu
     directory = Path(run_dir)
     directory.mkdir(parents=True, exist_ok=True)
     summary_path = _write_atomic(directory / "summary.json", json.dumps(summary, indent=2) + "\n")
-    report_path = _write_atomic(directory / "report.md", render_report(summary))
+    radar = write_radar(summary, directory)
+    figures = {"ovi": radar.name} if radar else None
+    report_path = _write_atomic(directory / "report.md", render_report(summary, figures))
     return summary_path, report_path
 
 
@@ -86,29 +100,43 @@ def _settings_section(summary: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
-def _benchmark_section(summary: dict[str, Any], benchmark: str, entry: dict[str, Any]) -> list[str]:
+def _benchmark_section(
+    summary: dict[str, Any], benchmark: str, entry: dict[str, Any], figure: str | None = None
+) -> list[str]:
     title = BENCHMARK_TITLES.get(benchmark, benchmark)
-    lines = [f"## {title} (`{benchmark}`)", "", _status_line(summary, benchmark, entry), ""]
     names = [c["name"] for c in summary.get("checkpoints", []) if _has_checkpoint(entry, c["name"])]
+    lines = [f"## {title} (`{benchmark}`)", "", _status_line(summary, benchmark, entry, names), ""]
     overall = {key: metric for key, metric in entry["metrics"].items() if "/" not in key}
     lines += _headline_table(overall, names)
     if names:
         lines += _category_tables(entry["metrics"], names[-1])
+    if figure:
+        compared = f"baseline vs {names[-1]}" if names else "baseline"
+        caption = f"{title} per interruption type ({compared}; scores scaled to [0, 1])"
+        lines += [f"### {caption}", "", f"![{caption}]({figure})", ""]
     return lines
 
 
-def _status_line(summary: dict[str, Any], benchmark: str, entry: dict[str, Any]) -> str:
+def _status_line(summary: dict[str, Any], benchmark: str, entry: dict[str, Any], names: list[str]) -> str:
     parts = [f"{entry['n_items']} items"]
     quarantined = summary.get("quarantine", {}).get(benchmark) or {}
     if quarantined:
         reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(quarantined.items()))
         parts.append(f"quarantined: {sum(quarantined.values())} ({reasons})")
-    unjudged = entry.get("n_unjudged", 0)
-    if unjudged:
-        parts.append(f"open-ended items not judged: {unjudged} (excluded from every mean)")
-        if "judge" in summary:
-            parts.append(f"judge: {summary['judge']}")
+    unjudged = {"baseline": entry.get("n_unjudged", 0)}
+    if names:
+        unjudged[names[-1]] = entry.get("checkpoints", {}).get(names[-1], {}).get("n_unjudged", 0)
+    if any(unjudged.values()):
+        counts = ", ".join(f"{name} {count}" for name, count in unjudged.items())
+        parts.append(f"judged metrics without a score: {counts} (excluded from every mean)")
+    judge = summary.get("judge")
+    if judge and (any(unjudged.values()) or any(_is_judged(key) for key in entry["metrics"])):
+        parts.append(f"judge: {judge['identity'] if isinstance(judge, dict) else judge}")
     return " · ".join(parts)
+
+
+def _is_judged(key: str) -> bool:
+    return key.split("/", 1)[0] in JUDGED_METRICS
 
 
 def _has_checkpoint(entry: dict[str, Any], name: str) -> bool:
@@ -123,12 +151,21 @@ def _headline_table(overall: dict[str, Any], names: list[str]) -> list[str]:
         header += [f"Δ {names[-1]} [95% CI]", "McNemar p"]
     rows = []
     for key, metric in overall.items():
-        row = [key, str(metric["n"]), _percent(metric["baseline"])]
-        row += [_percent(_checkpoint_value(metric, name)) for name in names]
+        label = f"{key} (1–10)" if is_graded(key) else key
+        row = [label, str(metric["n"]), _value(key, metric["baseline"])]
+        row += [_value(key, _checkpoint_value(metric, name)) for name in names]
         if names:
-            row += _delta_cells(metric["checkpoints"].get(names[-1]))
+            row += _delta_cells(key, metric["checkpoints"].get(names[-1]))
         rows.append(row)
-    return ["### Overall", "", *_table(header, rows), ""]
+    lines = ["### Overall", "", *_table(header, rows), ""]
+    graded = [key for key in overall if is_graded(key)]
+    if graded:
+        lines += [
+            f"Rates are percentages (Δ in points); {', '.join(graded)} are mean judge scores on 1–10 "
+            "(Δ in score points, no McNemar test).",
+            "",
+        ]
+    return lines
 
 
 def _category_tables(metrics: dict[str, Any], last: str) -> list[str]:
@@ -142,18 +179,21 @@ def _category_tables(metrics: dict[str, Any], last: str) -> list[str]:
             grouped.setdefault((name, category), {})[value] = metric
     lines: list[str] = []
     for (name, category), by_value in grouped.items():
+        if len(by_value) < 2:
+            continue  # one value holds every item: the table would repeat the headline
         header = [category, "n", "Baseline", last, "Δ [95% CI]", "McNemar p"]
         rows = [
             [
                 value,
                 str(by_value[value]["n"]),
-                _percent(by_value[value]["baseline"]),
-                _percent(_checkpoint_value(by_value[value], last)),
-                *_delta_cells(by_value[value]["checkpoints"].get(last)),
+                _value(name, by_value[value]["baseline"]),
+                _value(name, _checkpoint_value(by_value[value], last)),
+                *_delta_cells(name, by_value[value]["checkpoints"].get(last)),
             ]
             for value in _ordered_values(category, by_value)
         ]
-        lines += [f"### {name} by {category} (baseline vs {last})", "", *_table(header, rows), ""]
+        scale = " (mean, 1–10)" if is_graded(name) else ""
+        lines += [f"### {name}{scale} by {category} (baseline vs {last})", "", *_table(header, rows), ""]
     return lines
 
 
@@ -171,25 +211,37 @@ def _checkpoint_value(metric: dict[str, Any], name: str) -> float | None:
     return None if result is None else result["value"]
 
 
-def _delta_cells(result: dict[str, Any] | None) -> list[str]:
+def _delta_cells(key: str, result: dict[str, Any] | None) -> list[str]:
     if result is None or result.get("delta") is None:
         return [_MISSING, _MISSING]
     low, high = result["delta_ci95"]
-    interval = f"{_points(result['delta'])} [{_points(low)}, {_points(high)}]"
+    delta = _score_delta if is_graded(key) else _points
+    interval = f"{delta(result['delta'])} [{delta(low)}, {delta(high)}]"
     return [interval, _p_value(result["mcnemar_p"])]
 
 
+def _value(key: str, value: float | None) -> str:
+    """A rate as a percentage, a 1–10 judge score as a plain mean."""
+    if value is None:
+        return _MISSING
+    return f"{_round(value, 2):.2f}" if is_graded(key) else _percent(value)
+
+
 def _percent(value: float | None) -> str:
-    return _MISSING if value is None else f"{_round1(value * 100):.1f}"
+    return _MISSING if value is None else f"{_round(value * 100, 1):.1f}"
 
 
 def _points(value: float) -> str:
-    return f"{_round1(value * 100):+.1f}"
+    return f"{_round(value * 100, 1):+.1f}"
 
 
-def _round1(value: float) -> float:
+def _score_delta(value: float) -> str:
+    return f"{_round(value, 2):+.2f}"
+
+
+def _round(value: float, digits: int) -> float:
     # Adding 0.0 turns the -0.0 that rounding a tiny negative gives into 0.0, so no "-0.0" is printed.
-    return round(value, 1) + 0.0
+    return round(value, digits) + 0.0
 
 
 def _p_value(p: float | None) -> str:

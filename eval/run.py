@@ -16,7 +16,10 @@ from train.models import load_model
 
 
 def run(cfg: EvalRunConfig) -> dict:
-    """Evaluate ``cfg.model`` (plus ``cfg.adapter`` when given) and write summary.json and report.md."""
+    """Evaluate ``cfg.model`` (plus ``cfg.adapter`` when given) and write summary.json and report.md.
+
+    Open-ended OVIBench items are scored by ``cfg.judge`` when its backend is not ``none``.
+    """
     if cfg.data.build_synthetic:
         paths = build_synthetic(cfg.data.synthetic)
         cfg.eval.v2p_root = cfg.eval.v2p_root or str(paths.v2p_bench)
@@ -34,6 +37,8 @@ def run(cfg: EvalRunConfig) -> dict:
         OmegaConf.to_container(OmegaConf.structured(cfg)),
     )
     try:
+        # Before the model loads, so a bad benchmark or judge setting fails fast.
+        evaluator = Evaluator(cfg.eval, cfg.media, cache, run_dir, logger, judge=cfg.judge)
         model, processor = load_model(cfg.model)
         name = "model"
         if cfg.adapter:
@@ -41,7 +46,6 @@ def run(cfg: EvalRunConfig) -> dict:
 
             model = PeftModel.from_pretrained(model, cfg.adapter)
             name = Path(cfg.adapter).name
-        evaluator = Evaluator(cfg.eval, cfg.media, cache, run_dir, logger)
         return evaluator.evaluate(model, QwenVLAdapter(processor, cfg.media, cache), name, step=0)
     finally:
         logger.finish()

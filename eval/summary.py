@@ -4,9 +4,15 @@ Input rows are scored records, one per benchmark item (see ``eval.scoring.scored
 
     {"id": str, "task": str, "scores": {"correct": 1.0, ...}, "categories": {"dimension": "OA", ...}}
 
-Metric keys are the overall metric names (``"accuracy"``, ``"accuracy_tolerant"``, ``"ma"``, ``"ca"``)
-and ``"<metric>/<category>/<value>"`` per category, e.g. ``"accuracy/dimension/OA"``. Every value is a
-micro average (correct items / items), never a mean of per-category means.
+Metric keys are the overall metric names (``"accuracy"``, ``"accuracy_tolerant"``, ``"ma"``, ``"ca"``, and
+the judged OVIBench metrics ``"iac"``, ``"ifa"``, ``"tfs"``, ``"ves"``, ``"cfs"``, ``"ccs"``) and
+``"<metric>/<category>/<value>"`` per category, e.g. ``"accuracy/dimension/OA"``. Every value is a micro
+average over the items scored under that key (for 0/1 metrics: correct items / items), never a mean of
+per-category means. The judged 1–10 metrics (``GRADED_METRICS``) are plain means on their own scale.
+
+Open-ended OVIBench records also carry ``"n_unjudged_metrics"``: judged metrics that could not be judged
+(or were not, with no judge configured). They have no score, so they are left out of every mean and
+counted apart in ``n_unjudged``.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from eval.rubrics import BINARY, METRICS
 from eval.stats import mcnemar_p, paired_bootstrap
 
 # Score names from eval.scoring -> metric names in tables and reports. Unlisted names pass through.
@@ -24,6 +31,9 @@ METRIC_NAMES: dict[str, str] = {
     "ca": "ca",
 }
 
+# Judge metrics on a 1-10 scale: means, not proportions, so no McNemar test and no percentages.
+GRADED_METRICS = frozenset(name for name, metric in METRICS.items() if metric.scale != BINARY)
+
 BASELINE_NAME = "baseline"
 _RESERVED_KEYS = ("baseline", "checkpoints", "benchmarks")
 
@@ -33,6 +43,11 @@ ScoredRecords = Sequence[dict[str, Any]]
 def metric_key(metric: str, category: str | None = None, value: str | None = None) -> str:
     """``"accuracy"`` overall, or ``"accuracy/dimension/OA"`` for one category value."""
     return metric if category is None else f"{metric}/{category}/{value}"
+
+
+def is_graded(key: str) -> bool:
+    """Whether a metric key (``"tfs"``, ``"tfs/type/Correction"``) is a 1–10 judge score, not a 0/1 rate."""
+    return key.split("/", 1)[0] in GRADED_METRICS
 
 
 def item_scores(records: ScoredRecords) -> dict[str, dict[str, float]]:
@@ -72,8 +87,13 @@ def aggregate(records: ScoredRecords) -> dict[str, dict[str, float | int]]:
 
 
 def count_unjudged(records: ScoredRecords) -> int:
-    """Items with no scores at all: open-ended items the LLM judge has not scored (never zeros)."""
-    return sum(1 for record in records if not record["scores"])
+    """Judged metrics without a score, summed over records (``n_unjudged_metrics``; never zeros)."""
+    return sum(int(record.get("n_unjudged_metrics", 0)) for record in records)
+
+
+def count_unjudged_items(records: ScoredRecords) -> int:
+    """Records with at least one judged metric missing."""
+    return sum(1 for record in records if record.get("n_unjudged_metrics", 0) > 0)
 
 
 def build_summary(
@@ -89,8 +109,13 @@ def build_summary(
     A checkpoint's ``value`` (and ``n``) cover all of its scored items. Its ``delta``, ``delta_ci95``
     (paired bootstrap) and ``mcnemar_p`` cover only the items scored for both the baseline and the
     checkpoint under that metric key, matched by item id (``n_paired`` of them); when the two item sets
-    are equal, ``delta == value - baseline``. With no common items these three are None. A benchmark
-    missing for a checkpoint is absent from its entries; a metric the baseline lacks has baseline None.
+    are equal, ``delta == value - baseline``. With no common items these three are None; ``mcnemar_p``
+    is None for the 1–10 judge metrics too (McNemar needs right/wrong outcomes). A benchmark missing for
+    a checkpoint is absent from its entries; a metric the baseline lacks has baseline None.
+
+    Per benchmark, ``n_items``, ``n_unjudged`` (the judged metrics that have no score, summed over items)
+    and ``n_unjudged_items`` (items with any such metric) are the baseline's; ``checkpoints`` has the
+    same three counts for each checkpoint.
 
     Args:
         baseline: benchmark name -> scored records of the untuned model.
@@ -144,16 +169,30 @@ def _benchmark_entry(
             "baseline": _mean(reference),
             "n": len(reference),
             "checkpoints": {
-                name: _comparison(int(step), reference, scores[key], n_resamples, seed)
+                name: _comparison(int(step), reference, scores[key], n_resamples, seed, is_graded(key))
                 for name, step, scores in tuned
                 if key in scores
             },
         }
-    return {"n_items": len(base_records), "n_unjudged": count_unjudged(base_records), "metrics": metrics}
+    counts = {name: _counts(results[benchmark]) for name, _, results in checkpoints if benchmark in results}
+    return {**_counts(base_records), "checkpoints": counts, "metrics": metrics}
+
+
+def _counts(records: ScoredRecords) -> dict[str, int]:
+    return {
+        "n_items": len(records),
+        "n_unjudged": count_unjudged(records),
+        "n_unjudged_items": count_unjudged_items(records),
+    }
 
 
 def _comparison(
-    step: int, reference: dict[str, float], scores: dict[str, float], n_resamples: int, seed: int
+    step: int,
+    reference: dict[str, float],
+    scores: dict[str, float],
+    n_resamples: int,
+    seed: int,
+    graded: bool = False,
 ) -> dict[str, Any]:
     """One checkpoint's entry for one metric key, paired with the baseline by item id."""
     common = [item_id for item_id in reference if item_id in scores]
@@ -172,7 +211,7 @@ def _comparison(
         interval = paired_bootstrap(before, after, n_resamples=n_resamples, seed=seed, confidence=0.95)
         entry["delta"] = interval["delta"]
         entry["delta_ci95"] = [interval["ci_low"], interval["ci_high"]]
-        entry["mcnemar_p"] = mcnemar_p(before, after)
+        entry["mcnemar_p"] = None if graded else mcnemar_p(before, after)
     return entry
 
 

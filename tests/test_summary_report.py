@@ -33,10 +33,14 @@ def _v2p(rows: list[tuple[str, str, str, int, int]]) -> list[dict]:
 
 
 def _ovi(rows: list[tuple[str, str, dict]]) -> list[dict]:
-    return [
+    records = [
         {"id": item_id, "task": "ovi", "scores": scores, "categories": {"type": kind}}
         for item_id, kind, scores in rows
     ]
+    for record in records:
+        if not record["scores"]:  # an open-ended Correction item without a judge: its 6 metrics unjudged
+            record["n_unjudged_metrics"] = 6
+    return records
 
 
 def _all_correct(rows: list[tuple[str, str, str, int, int]], except_ids: tuple[str, ...] = ()) -> list[tuple]:
@@ -137,7 +141,8 @@ def test_summary_shape_and_paired_deltas(summary: dict) -> None:
 
 def test_summary_benchmark_missing_for_a_checkpoint_is_absent(summary: dict) -> None:
     ovi = summary["benchmarks"]["ovi"]
-    assert ovi["n_items"] == 4 and ovi["n_unjudged"] == 1
+    assert ovi["n_items"] == 4 and ovi["n_unjudged"] == 6 and ovi["n_unjudged_items"] == 1
+    assert ovi["checkpoints"] == {"checkpoint-40": {"n_items": 4, "n_unjudged": 6, "n_unjudged_items": 1}}
     assert set(ovi["metrics"]["ma"]["checkpoints"]) == {"checkpoint-40"}
     assert ovi["metrics"]["ma"]["checkpoints"]["checkpoint-40"]["delta"] == pytest.approx(2 / 3)
 
@@ -180,7 +185,7 @@ def test_report_numbers(summary: dict) -> None:
 def test_report_status_lines(summary: dict) -> None:
     report = render_report(summary)
     assert "6 items · quarantined: 3 (decode_error 2, missing_frame 1)" in report
-    assert "4 items · open-ended items not judged: 1" in report
+    assert "4 items · judged metrics without a score: baseline 6, checkpoint-40 6" in report
     assert "judge: not run (open-ended items unjudged)" in report
 
 

@@ -20,8 +20,10 @@ register_configs()
 def main(cfg: DictConfig) -> None:
     from train.recipe import run
 
+    from eval.headline import headline
+
     config: TrainConfig = OmegaConf.to_object(cfg)
-    run_cli(lambda: run(config))
+    run_cli(lambda: print(headline(run(config).summary), f"\nreport: {config.run_dir}/report.md", sep=""))
 
 
 if __name__ == "__main__":

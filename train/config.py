@@ -80,9 +80,35 @@ class EvalConfig:
     input_order: str = "official"  # official: video, question, VP frame | vp_first: video, VP frame, question
     limit: int | None = None  # evaluate only the first N items of each benchmark
     batch_size: int = 16
-    max_new_tokens: int = 16
+    max_new_tokens: int = 16  # multiple-choice answers ("B (Correction)") and V2P letters
+    max_new_tokens_open: int = 128  # open-ended OVIBench reactions (batched apart, so MCQ batches stay short)
     bootstrap_resamples: int = 2000
     on_save: bool = True  # evaluate every saved checkpoint during training
+
+
+@dataclass
+class JudgeConfig:
+    """The LLM judge of open-ended OVIBench items (``eval.judge``). ``backend: none`` leaves them unscored.
+
+    The API key is read at request time from the environment variable named by ``api_key_env``; it is
+    never part of a config, a log or W&B.
+    """
+
+    backend: str = "none"  # none | openai (any OpenAI-compatible /chat/completions server) | hf (local model)
+    base_url: str | None = None  # openai: e.g. http://localhost:8000/v1
+    model: str | None = None  # openai: the served model name; pin an exact version
+    api_key_env: str = "OPENAI_API_KEY"  # unset in the environment: no Authorization header (local vLLM)
+    timeout_s: float = 60.0
+    max_retries: int = 3  # after the first try; timeouts, connection errors, HTTP 429 and 5xx only
+    backoff_s: float = 1.0  # doubled on every further retry
+    max_tokens: int = 256
+    workers: int = 8  # openai: requests in flight at once (hf judges one at a time)
+    hf_model: str | None = None  # hf: a local directory or a name in the local hub cache
+    hf_max_new_tokens: int = 256
+    # Judgements by (judge, rubric version, metric, prompt): a resumed or repeated evaluation costs nothing.
+    # null keeps them in memory only.
+    cache: str | None = "${run_dir}/eval/judge_cache.jsonl"
+    metrics: list[str] | None = None  # judge only these (iac, ifa, tfs, ves, cfs, ccs); null: all that apply
 
 
 @dataclass
@@ -105,6 +131,7 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     run_name: str = "dev"
     output_root: str = "outputs"
@@ -120,6 +147,7 @@ class EvalRunConfig:
     score_file: str | None = None  # score a V2P response file (release rows + response, model); no model runs
     media: MediaSpec = field(default_factory=MediaSpec)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
     logger: LoggerConfig = field(default_factory=lambda: LoggerConfig(wandb=False))
     data: DataConfig = field(default_factory=DataConfig)
     run_name: str = "eval"

@@ -105,16 +105,27 @@ def build_tiny_checkpoint(
     layers: int = 2,
     vocab_size: int = 1024,
     seed: int = 0,
-    max_pixels: int = 84 * 84,
+    max_pixels: int = 448 * 448,
 ) -> Path:
     """Write a tiny random Qwen2.5-VL checkpoint (model, tokenizer, processor) to ``path`` if absent.
+
+    The processor's own pixel cap is generous on purpose: frames arrive already resized to the run's
+    media spec, which is the one place the pixel budget is set.
 
     Returns:
         The checkpoint directory, loadable with ``from_pretrained`` like any real checkpoint.
     """
+    from filelock import FileLock
+
     path = Path(path)
-    if (path / "config.json").exists():
-        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{path}.lock"):  # every rank may call this; one builds, the others wait and reuse
+        if not (path / "config.json").exists():
+            _write_tiny_checkpoint(path, hidden, layers, vocab_size, seed, max_pixels)
+    return path
+
+
+def _write_tiny_checkpoint(path: Path, hidden: int, layers: int, vocab_size: int, seed: int, max_pixels: int):
     import torch
     from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
     from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
@@ -130,7 +141,6 @@ def build_tiny_checkpoint(
             min_pixels=28 * 28, max_pixels=max_pixels, cap_pixels_per_frame=True
         ),
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
     # Build in a sibling temp dir and rename, so a killed build never leaves a half checkpoint.
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
     try:
@@ -139,4 +149,3 @@ def build_tiny_checkpoint(
         os.replace(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return path

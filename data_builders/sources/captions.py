@@ -11,22 +11,38 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Caption:
-    """One caption segment of one video, in seconds."""
+    """One caption segment of one video, in seconds.
+
+    ``question`` is set when the source pairs the sentence with its own question (MovieChat's
+    breakpoint QA: the sentence is then the answer); otherwise questions are made from templates.
+    """
 
     key: str
     index: int
     start: float
     end: float
     sentence: str
+    question: str | None = None
 
 
 @dataclass(frozen=True)
 class CaptionedVideo:
-    """A video's duration and its valid caption segments."""
+    """A video's duration and its valid caption segments.
+
+    ``key`` is the source's own id for the video (the provenance ``source_id`` of every item built
+    from it); ``video_file`` is where the video lies, relative to the videos directory, when a
+    reader found it somewhere other than ``<key>.mp4``.
+    """
 
     key: str
     duration: float
     captions: list[Caption]
+    video_file: str | None = None
+
+    @property
+    def file(self) -> str:
+        """The video's path relative to the videos directory (``<key>.mp4`` unless the reader found it)."""
+        return self.video_file or f"{self.key}.mp4"
 
 
 def segment_problem(start: float, end: float, sentence: str, duration: float) -> str | None:

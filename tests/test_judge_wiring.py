@@ -1,0 +1,302 @@
+"""The LLM judge wired into evaluation: OVIBench meta for the judge, the judge config, judged metrics in
+summary.json and report.md, the radar plot, and an end-to-end run of the tiny model against a scripted
+OpenAI-compatible judge on 127.0.0.1 (valid replies, malformed ones, HTTP 500 for one metric)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from data_builders.ovi_format import load_ovibench, ovi_row_to_sample
+from eval.evaluator import NO_JUDGE, make_judge
+from eval.judge import item_from_record
+from eval.radar import RADAR_FILE, radar_panels, write_radar
+from eval.report import render_report
+from eval.rubrics import BINARY, METRICS, metrics_for
+from eval.summary import build_summary
+from train.config import JudgeConfig
+from train.errors import ConfigError
+
+KEY_ENV, KEY = "TEST_WIRING_JUDGE_KEY", "sk-wiring-secret-456"
+FAILING_METRIC = "ves"  # the server answers HTTP 500 to every VES prompt
+MALFORMED = ("ccs", "Cancellation")  # ... and prose without a number to CCS on Cancellation items
+GRADED_REPLY = {"tfs": 8, "cfs": 6, "ccs": 7}
+
+
+# ---------------------------------------------------------------------------------------------------
+# A scripted judge server: the reply depends on the metric and the interruption type in the prompt
+
+
+def _metric_of(prompt: str) -> str:
+    return next(name for name, metric in METRICS.items() if f"## Metric: {metric.title}" in prompt)
+
+
+def _type_of(prompt: str) -> str:
+    return next(kind for kind in ("Cancellation", "False Trigger", "Correction") if f"({kind}):" in prompt)
+
+
+class _JudgeHandler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        prompt = body["messages"][0]["content"]
+        metric, kind = _metric_of(prompt), _type_of(prompt)
+        server = self.server
+        with server.lock:
+            server.requests.append(
+                {"metric": metric, "type": kind, "auth": self.headers.get("Authorization")}
+            )
+        if metric == FAILING_METRIC and not server.healthy:
+            return self._send(500, b'{"error": {"message": "scripted 500"}}')
+        if (metric, kind) == MALFORMED and not server.healthy:
+            content = "I am not able to score this response."
+        else:
+            score = 1 if METRICS[metric].scale == BINARY else GRADED_REPLY.get(metric, 5)
+            content = json.dumps({"score": score, "reason": "scripted"})
+        reply = {"choices": [{"message": {"role": "assistant", "content": content}}]}
+        self._send(200, json.dumps(reply).encode())
+
+    def _send(self, code: int, payload: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def judge_server(monkeypatch):
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
+    monkeypatch.setenv(KEY_ENV, KEY)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _JudgeHandler)
+    httpd.daemon_threads = True
+    httpd.requests, httpd.lock, httpd.healthy = [], threading.Lock(), False
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(timeout=2)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Meta and config
+
+
+def test_ovi_meta_carries_what_the_judge_needs(synthetic_build):
+    samples = [s for s in load_ovibench(synthetic_build.ovibench) if s.meta["format"] == "open"]
+    record = {
+        "id": samples[0].id,
+        "task": "ovi",
+        "prediction": "<think>hm</think>Okay.",
+        "meta": samples[0].meta,
+    }
+    item = item_from_record(record)
+    assert item["response"] == "Okay."
+    assert {"partial_answer", "interruption", "answer", "question"} <= item.keys()
+    assert "\n" not in item["interruption"]  # the bare utterance, not the MCQ instruction
+    row = json.loads((synthetic_build.ovibench / "ovibench.jsonl").read_text().splitlines()[0])
+    described = ovi_row_to_sample({**row, "visual_evidence": "A red circle."}, synthetic_build.ovibench)
+    assert described.meta["visual_evidence"] == "A red circle."
+    assert "visual_evidence" not in ovi_row_to_sample(row, synthetic_build.ovibench).meta
+
+
+def test_make_judge_from_config(tmp_path):
+    assert make_judge(JudgeConfig(), tmp_path) is None
+    judge = make_judge(JudgeConfig(backend="openai", base_url="http://127.0.0.1:9/v1", model="m"), tmp_path)
+    assert judge.identity.startswith("openai-compatible:m|temperature=0.0")
+    assert judge._cache.path == tmp_path / "eval" / "judge_cache.jsonl"
+    for bad, message in (
+        (JudgeConfig(backend="openai"), "base_url"),
+        (JudgeConfig(backend="openai", base_url="127.0.0.1:8000", model="m"), "http"),
+        (JudgeConfig(backend="hf"), "hf_model"),
+        (JudgeConfig(backend="gpt"), "unknown backend"),
+        (JudgeConfig(backend="openai", base_url="http://x/v1", model="m", metrics=["tfs", "xyz"]), "xyz"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            make_judge(bad, tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Summary, report and radar on hand-made records
+
+
+def _open(item_id: str, kind: str, scores: dict, n_unjudged: int = 0) -> dict:
+    categories = {"type": kind, "format": "open"}
+    return {"id": item_id, "task": "ovi", "scores": scores, "categories": categories, **_unjudged(n_unjudged)}
+
+
+def _unjudged(n: int) -> dict:
+    return {"n_unjudged_metrics": n}
+
+
+def _mcq(item_id: str, kind: str, ca: float) -> dict:
+    return {"id": item_id, "task": "ovi", "scores": {"ma": 1.0, "ca": ca}, "categories": {"type": kind}}
+
+
+BASE = [
+    _open("o1", "Correction", {"iac": 0.0, "tfs": 6.0, "cfs": 4.0, "ccs": 5.0, "ifa": 0.0}, n_unjudged=1),
+    _open("o2", "Correction", {"iac": 1.0, "tfs": 7.0, "ves": 5.0, "cfs": 5.0, "ccs": 6.0, "ifa": 1.0}),
+    _open("o3", "Cancellation", {"iac": 0.0, "tfs": 5.0, "ifa": 0.0}, n_unjudged=1),
+    _mcq("m1", "Correction", 1.0),
+    _mcq("m2", "Cancellation", 0.0),
+]
+TUNED = [
+    _open("o1", "Correction", {"iac": 1.0, "tfs": 8.0, "ves": 6.0, "cfs": 7.0, "ccs": 7.0, "ifa": 1.0}),
+    _open("o2", "Correction", {"iac": 1.0, "tfs": 8.0, "ves": 6.0, "cfs": 6.0, "ccs": 7.0, "ifa": 1.0}),
+    _open("o3", "Cancellation", {"iac": 1.0, "tfs": 9.0, "ccs": 8.0, "ifa": 1.0}),
+    _mcq("m1", "Correction", 1.0),
+    _mcq("m2", "Cancellation", 1.0),
+]
+
+
+@pytest.fixture
+def judged_summary() -> dict:
+    return build_summary({"ovi": BASE}, [("checkpoint-9", 9, {"ovi": TUNED})], n_resamples=300)
+
+
+def test_judged_metrics_in_the_summary(judged_summary):
+    ovi = judged_summary["benchmarks"]["ovi"]
+    assert (ovi["n_unjudged"], ovi["n_unjudged_items"]) == (2, 2)
+    assert ovi["checkpoints"]["checkpoint-9"]["n_unjudged"] == 0
+    metrics = ovi["metrics"]
+    # An unjudged metric is missing, not zero: baseline CCS averages the two judged items only.
+    assert metrics["ccs"]["baseline"] == pytest.approx(5.5) and metrics["ccs"]["n"] == 2
+    at_9 = metrics["tfs"]["checkpoints"]["checkpoint-9"]
+    assert at_9["value"] == pytest.approx(25 / 3) and at_9["delta"] == pytest.approx(7 / 3)
+    for key in ("tfs", "ves", "cfs", "ccs", "tfs/type/Correction"):
+        assert metrics[key]["checkpoints"]["checkpoint-9"]["mcnemar_p"] is None, key
+    for key in ("iac", "ifa", "ca", "iac/type/Correction"):
+        assert metrics[key]["checkpoints"]["checkpoint-9"]["mcnemar_p"] is not None, key
+
+
+def test_report_shows_graded_metrics_as_means(judged_summary):
+    report = render_report(judged_summary)
+    assert "| tfs (1–10) | 3 | 6.00 | 8.33 | +2.33 [" in report
+    assert "| iac | 3 | 33.3 | 100.0 | +66.7 [" in report
+    assert "### tfs (mean, 1–10) by type (baseline vs checkpoint-9)" in report
+    assert "| Correction | 2 | 6.50 | 8.00 | +1.50 [" in report
+    assert "### cfs (mean, 1–10) by type" not in report  # CFS has one type: the headline says it all
+    assert "judged metrics without a score: baseline 2, checkpoint-9 0" in report
+
+
+def test_radar_panels_scale_to_unit_and_the_png_is_written(judged_summary, tmp_path):
+    panels = radar_panels(judged_summary)
+    correction = panels["Correction"]
+    assert correction["axes"] == ["ca", "iac", "tfs", "ves", "ifa", "cfs", "ccs"]
+    assert correction["series"]["baseline"][2] == pytest.approx((6.5 - 1) / 9)
+    assert correction["series"]["checkpoint-9"][0] == 1.0
+    assert panels["Cancellation"]["axes"] == ["ca", "iac", "tfs", "ifa"]
+    pytest.importorskip("matplotlib")
+    path = write_radar(judged_summary, tmp_path)
+    assert path == tmp_path / RADAR_FILE and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---------------------------------------------------------------------------------------------------
+# End to end: the tiny model, the synthetic OVIBench and the scripted judge
+
+
+def _eval_cfg(tmp_path, tiny_checkpoint, synthetic_build, *overrides):
+    from test_eval_cli import eval_config
+
+    return eval_config(
+        tmp_path,
+        f"model.name_or_path={tiny_checkpoint}",
+        f"eval.ovi_root={synthetic_build.ovibench}",
+        "eval.benchmarks=[ovi]",
+        "eval.max_new_tokens_open=8",
+        "eval.bootstrap_resamples=200",
+        *overrides,
+    )
+
+
+def _open_types(synthetic_build) -> Counter:
+    return Counter(
+        s.meta["interruption_type"]
+        for s in load_ovibench(synthetic_build.ovibench)
+        if s.meta["format"] == "open"
+    )
+
+
+@pytest.mark.slow
+def test_evaluation_with_a_scripted_judge(judge_server, tiny_checkpoint, synthetic_build, tmp_path):
+    from eval.run import run
+
+    pytest.importorskip("matplotlib")
+    url = f"http://127.0.0.1:{judge_server.server_address[1]}/v1"
+    cfg = _eval_cfg(
+        tmp_path,
+        tiny_checkpoint,
+        synthetic_build,
+        "judge=openai",
+        f"judge.base_url={url}",
+        "judge.model=judge-model",
+        f"judge.api_key_env={KEY_ENV}",
+        "judge.max_retries=1",
+        "judge.backoff_s=0.01",
+        "judge.timeout_s=10",
+        "judge.workers=4",
+    )
+    summary = run(cfg)
+    types = _open_types(synthetic_build)
+    n_open = sum(types.values())
+    n_failed = types["False Trigger"] + types["Correction"] + types["Cancellation"]  # VES 500s, CCS junk
+    ovi = summary["benchmarks"]["ovi"]
+    assert ovi["n_unjudged"] == n_failed and ovi["n_unjudged_items"] == n_open
+    metrics = ovi["metrics"]
+    assert metrics["iac"]["baseline"] == 1.0 and metrics["iac"]["n"] == n_open
+    assert metrics["tfs"]["baseline"] == 8.0 and metrics["tfs"]["n"] == n_open
+    assert metrics["cfs"]["baseline"] == 6.0 and metrics["cfs"]["n"] == types["Correction"]
+    # Nothing unjudged is averaged: no VES at all, and CCS only where it was judged.
+    assert "ves" not in metrics and metrics["ccs"]["baseline"] == 7.0
+    assert metrics["ccs"]["n"] == n_open - types["Cancellation"]
+    assert "ccs/type/Cancellation" not in metrics and "ma" in metrics and "ca" in metrics
+    judge = summary["judge"]
+    assert judge["identity"].startswith("openai-compatible:judge-model") and judge["rubric_version"]
+    assert judge["applies_to"]["cfs"] == ["Correction"]
+    assert summary["generation"]["max_new_tokens_open"] == 8
+
+    run_dir = Path(cfg.run_dir)
+    report = (run_dir / "report.md").read_text()
+    assert f"| tfs (1–10) | {n_open} | 8.00 |" in report and "| tfs | " not in report
+    assert f"]({RADAR_FILE})" in report and (run_dir / RADAR_FILE).read_bytes()[:4] == b"\x89PNG"
+    records = {}
+    for line in (run_dir / "eval" / "model" / "ovi.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        records[record["id"]] = record  # the last line per id wins
+    judged = [r for r in records.values() if r["meta"]["format"] == "open"]
+    assert all(r["judgements"]["iac"]["raw"] for r in judged)
+    assert all(r["judgements"]["ves"]["status"] == "unjudged" for r in judged if "ves" in r["judgements"])
+    assert all(set(r["judgements"]) == set(metrics_for(r["meta"]["interruption_type"])) for r in judged)
+    assert {r["auth"] for r in judge_server.requests} == {f"Bearer {KEY}"}
+    assert not any(KEY in p.read_text(errors="ignore") for p in run_dir.rglob("*") if p.is_file())
+
+    # Resumed with the server healthy: only the metrics that got no reply are asked again. The cache
+    # serves the rest, the malformed CCS replies too (a temperature-0 judge would repeat them).
+    judge_server.requests.clear()
+    judge_server.healthy = True
+    summary = run(cfg)
+    asked = Counter(r["metric"] for r in judge_server.requests)
+    assert asked == {"ves": types["False Trigger"] + types["Correction"]}
+    ovi = summary["benchmarks"]["ovi"]
+    assert ovi["n_unjudged"] == types["Cancellation"] and ovi["metrics"]["ves"]["baseline"] == 5.0
+
+
+@pytest.mark.slow
+def test_evaluation_without_a_judge_says_so(tiny_checkpoint, synthetic_build, tmp_path):
+    from eval.run import run
+
+    summary = run(_eval_cfg(tmp_path, tiny_checkpoint, synthetic_build, "judge=none"))
+    assert summary["judge"] == NO_JUDGE and summary["judge"].startswith("not configured")
+    types = _open_types(synthetic_build)
+    ovi = summary["benchmarks"]["ovi"]
+    assert ovi["n_unjudged"] == sum(len(metrics_for(kind)) * n for kind, n in types.items())
+    assert not {"iac", "tfs", "ves", "ifa", "cfs", "ccs"} & ovi["metrics"].keys()
