@@ -3,7 +3,10 @@
 python -m data_builders builder=synthetic builder.root=data/synthetic
 python -m data_builders builder=ovi_train builder.captions=/data/activitynet/train.json \\
     builder.videos=/data/activitynet/videos builder.out=data/ovi_train
-python -m data_builders builder=vp_sft builder.world=data/tracks_world builder.out=data/v2p_sft
+python -m data_builders builder=vp_sft builder.world=data/tracks_world builder.out=data/v2p_sft \\
+    builder.qc.blind=endpoint builder.qc.base_url=http://localhost:8000/v1 builder.qc.model=NAME
+python -m data_builders builder=export builder.dataset=data/v2p_sft/hf builder.format=swift \\
+    builder.out=data/swift
 python -m data_builders builder=ovi_train --cfg job     # print the composed config and exit
 
 Relative paths are relative to the current directory. Hydra's record of each run (the composed
@@ -22,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from data_builders.build import SyntheticDataConfig
 from data_builders.cli import fail, run_cli
-from data_builders.cli_config import OviTrainBuild, VpSftBuild, register_configs
+from data_builders.cli_config import ExportBuild, OviTrainBuild, VpSftBuild, register_configs
 
 register_configs()
 
@@ -54,12 +57,37 @@ def _ovi_train(cfg: OviTrainBuild) -> None:
 
 
 def _vp_sft(cfg: VpSftBuild) -> None:
-    from data_builders.vp_sft import build_vp_sft
+    from data_builders.vp_sft import DrawSettings, build_vp_sft
 
+    draw = DrawSettings(tuple(cfg.colours), tuple(cfg.line_widths), cfg.doodle_share)
     out = build_vp_sft(
-        cfg.world, cfg.out, seed=cfg.seed, questions_per_video=cfg.questions_per_video, shapes=cfg.shapes
+        cfg.world,
+        cfg.out,
+        seed=cfg.seed,
+        questions_per_video=cfg.questions_per_video,
+        shapes=cfg.shapes,
+        kinds=cfg.kinds,
+        draw=draw,
+        qc=cfg.qc,
+        source_format=cfg.format,
+        source_options=dict(cfg.source_options),
     )
     print(f"vp_sft: {out}")
+
+
+def _export(cfg: ExportBuild) -> None:
+    from data_builders.export import export_dataset
+
+    result = export_dataset(
+        cfg.dataset,
+        cfg.out,
+        cfg.format,
+        name=cfg.name,
+        system=cfg.system,
+        clip_fps=cfg.clip_fps,
+        clip_max_side=cfg.clip_max_side,
+    )
+    print(f"export: {result.path} ({result.rows} rows, {len(result.skipped)} left out)")
 
 
 # Dispatch on the schema's type, so `builder=ovi_train` and `builder=ovi_train_schema` both work.
@@ -67,6 +95,7 @@ _BUILDERS: dict[type, Callable[[Any], None]] = {
     SyntheticDataConfig: _synthetic,
     OviTrainBuild: _ovi_train,
     VpSftBuild: _vp_sft,
+    ExportBuild: _export,
 }
 
 

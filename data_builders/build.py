@@ -22,7 +22,7 @@ from data_builders.files import write_json_atomic
 
 # Part of the build hash: bump it when the builders' output changes for the same config, so
 # existing builds are redone rather than reused. 2: OVI rows from the synthetic world say so.
-BUILDER_VERSION = 2
+BUILDER_VERSION = 3
 
 
 @dataclass

@@ -16,6 +16,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from data_builders.build import SyntheticDataConfig
+from data_builders.qc import QcConfig
 
 
 @dataclass
@@ -44,11 +45,36 @@ class OviTrainBuild:
 class VpSftBuild:
     """Visual-prompt SFT data from object tracks; see :func:`~data_builders.vp_sft.build_vp_sft`."""
 
-    world: str = MISSING  # directory with tracks/*.json and the videos their video_path names
+    world: str = MISSING  # generic: directory with tracks/*.json and videos; got10k/lasot: the dataset root
     out: str = MISSING  # output directory: v2p/ (release format), hf/, stats.md, build_info.json
     seed: int = 0
     questions_per_video: int = 4
     shapes: list[str] = field(default_factory=lambda: ["rectangle", "ellipse", "arrow", "point"])
+    # colour | shape | direction | count | order | visibility | class (each where the track supports it)
+    kinds: list[str] = field(
+        default_factory=lambda: ["colour", "shape", "direction", "count", "order", "visibility", "class"]
+    )
+    colours: list[str] = field(
+        default_factory=lambda: ["red", "green", "blue", "yellow", "white", "magenta", "cyan", "orange"]
+    )
+    line_widths: list[int] = field(default_factory=lambda: [2, 3])  # px on <= 256-px frames, scaled up above
+    doodle_share: float = 0.25  # share of prompts drawn with a shaky hand
+    format: str = "generic"  # generic | got10k | lasot
+    source_options: dict[str, Any] = field(default_factory=dict)  # got10k/lasot: {fps, stride, max_side}
+    qc: QcConfig = field(default_factory=QcConfig)
+
+
+@dataclass
+class ExportBuild:
+    """An HF dataset of Sample rows as LLaMA-Factory or ms-swift data; see :mod:`data_builders.export`."""
+
+    dataset: str = MISSING  # an hf/ directory a builder wrote (V2P SFT or OVI-Train)
+    format: str = "llamafactory"  # llamafactory | swift
+    out: str = MISSING  # output directory
+    name: str | None = None  # dataset name (file name, dataset_info.json key); None: the out folder's name
+    system: str | None = "You are a helpful assistant."  # None: no system message
+    clip_fps: float | None = 4.0  # frame rate of trimmed span clips; None: the source's
+    clip_max_side: int = 640
 
 
 @dataclass
@@ -63,6 +89,7 @@ BUILDER_SCHEMAS: dict[str, type] = {
     "synthetic": SyntheticDataConfig,
     "ovi_train": OviTrainBuild,
     "vp_sft": VpSftBuild,
+    "export": ExportBuild,
 }
 
 

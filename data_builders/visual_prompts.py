@@ -2,11 +2,18 @@
 
 Every outline shape is built as a polyline so that ``doodle=True`` can jitter any of them the
 same way: resample densely, add smooth random offsets, and leave closed shapes slightly open.
+(``point``, ``som`` and ``mask_contour`` are drawn clean even when doodled: a filled dot, a label
+box and a pixel ring have no stroke to shake.)
+
+:func:`sample_style` draws a prompt's look (colour, line width, doodle) from a seeded generator,
+so a build varies its prompts the way different users would while staying reproducible.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -26,6 +33,80 @@ PROMPT_NOUNS: dict[str, str] = {
     "arrow": "the arrow",
     "som": "the number tag",
 }
+
+# Stroke colours a prompt may take, by name (the name lets a builder avoid a colour that matches
+# what the question asks about, e.g. a red box around a red object in a colour question).
+PROMPT_COLOURS: dict[str, tuple[int, int, int]] = {
+    "red": (255, 30, 30),
+    "green": (30, 230, 60),
+    "blue": (40, 110, 255),
+    "yellow": (255, 230, 0),
+    "white": (255, 255, 255),
+    "magenta": (255, 0, 220),
+    "cyan": (0, 235, 255),
+    "orange": (255, 140, 0),
+}
+
+
+@dataclass(frozen=True)
+class PromptStyle:
+    """How one prompt looks: stroke colour (a key of :data:`PROMPT_COLOURS`), width, doodle, SoM label."""
+
+    colour: str = "red"
+    width: int = 2
+    doodle: bool = False
+    label: int = 1
+
+    @property
+    def rgb(self) -> tuple[int, int, int]:
+        return PROMPT_COLOURS[self.colour]
+
+
+def sample_style(
+    rng: np.random.Generator,
+    *,
+    colours: Sequence[str],
+    widths: Sequence[int],
+    doodle_share: float,
+    avoid: Sequence[str] = (),
+) -> PromptStyle:
+    """Draw a prompt style: a colour not in ``avoid`` (unless all are), a width, doodle or not, a label 1-9.
+
+    Raises:
+        ValueError: an unknown colour name, an empty list, a width below 1 or a share outside [0, 1].
+    """
+    unknown = sorted(set(colours) - set(PROMPT_COLOURS))
+    if unknown or not colours:
+        names = sorted(PROMPT_COLOURS)
+        raise ValueError(f"colours must be a non-empty subset of {names}, got {list(colours)}")
+    if not widths or min(widths) < 1:
+        raise ValueError(f"widths must be a non-empty list of positive pixel widths, got {list(widths)}")
+    if not 0.0 <= doodle_share <= 1.0:
+        raise ValueError(f"doodle_share must be in [0, 1], got {doodle_share}")
+    allowed = [c for c in colours if c not in set(avoid)] or list(colours)
+    return PromptStyle(
+        colour=str(allowed[int(rng.integers(len(allowed)))]),
+        width=int(widths[int(rng.integers(len(widths)))]),
+        doodle=bool(rng.random() < doodle_share),
+        label=int(rng.integers(1, 10)),
+    )
+
+
+def scaled_width(width: int, height: int, img_width: int) -> int:
+    """A stroke width for this frame size: as given up to a 256-px short side, then proportionally thicker.
+
+    Widths are specified for small frames; the same 2 px would vanish on a 1080p keyframe.
+    """
+    return width * max(1, min(height, img_width) // 256)
+
+
+def polygon_mask(polygons: Sequence[Sequence[Sequence[float]]], height: int, width: int) -> np.ndarray:
+    """Rasterise object polygons (each a list of ``[x, y]`` points) to a ``bool[H, W]`` mask."""
+    canvas = Image.new("1", (width, height), 0)
+    draw = ImageDraw.Draw(canvas)
+    for polygon in polygons:
+        draw.polygon([(float(x), float(y)) for x, y in polygon], fill=1)
+    return np.asarray(canvas, dtype=bool)
 
 
 def draw_prompt(
@@ -164,16 +245,19 @@ def _draw_arrow(
 ) -> None:
     """An arrow from outside the box whose tip touches the box edge, aimed at its centre."""
     cx, cy = _centre(box)
-    half_w, half_h = (box[2] - box[0]) / 2, (box[3] - box[1]) / 2
     length = max(12.0, 0.2 * min(size))
     candidates = np.linspace(0, 2 * math.pi, 8, endpoint=False)
+    # Come from the side with the most room so the tail stays in the image; with an rng, from a
+    # random direction that still leaves room for the whole arrow (a few tries, then the roomiest).
+    angle = max(candidates, key=lambda a: _room(cx, cy, a, size))
     if rng is not None:
-        angle = float(rng.uniform(0, 2 * math.pi))
-    else:  # come from the side with the most room so the tail stays in the image
-        angle = max(candidates, key=lambda a: _room(cx, cy, a, size))
+        for random_angle in rng.uniform(0, 2 * math.pi, size=8):
+            if _room(cx, cy, random_angle, size) >= _to_edge(box, random_angle) + 1 + length:
+                angle = float(random_angle)
+                break
     dx, dy = math.cos(angle), math.sin(angle)
     # Distance from the centre to the box edge along (dx, dy), plus a gap so the tip is visible.
-    to_edge = min(half_w / max(abs(dx), 1e-9), half_h / max(abs(dy), 1e-9))
+    to_edge = _to_edge(box, angle)
     tip = (cx + dx * (to_edge + 1), cy + dy * (to_edge + 1))
     tail = (tip[0] + dx * length, tip[1] + dy * length)
     _stroke(draw, [tail, tip], False, colour, width, jitter_rng)
@@ -181,6 +265,12 @@ def _draw_arrow(
     left = (tip[0] + head * (dx * 1.6 - dy), tip[1] + head * (dy * 1.6 + dx))
     right = (tip[0] + head * (dx * 1.6 + dy), tip[1] + head * (dy * 1.6 - dx))
     draw.polygon([tip, left, right], fill=colour)
+
+
+def _to_edge(box: Box, angle: float) -> float:
+    """Distance from the box centre to its edge in the direction ``angle``."""
+    half_w, half_h = (box[2] - box[0]) / 2, (box[3] - box[1]) / 2
+    return min(half_w / max(abs(math.cos(angle)), 1e-9), half_h / max(abs(math.sin(angle)), 1e-9))
 
 
 def _room(x: float, y: float, angle: float, size: tuple[int, int]) -> float:

@@ -2,28 +2,39 @@
 
 Used for SFT data and, on held-out scenes, for the synthetic V2P benchmark. Each question marks a
 target object with a drawn prompt on one keyframe and refers to it only as "the object marked by
-<prompt noun>": its colour and shape never appear in the question (V2P-Bench's rule), while other
-objects may be named in words.
+<prompt noun>": its attributes never appear in the question (V2P-Bench's rule), while other objects
+may be named in words. Prompts take all 8 V2P shapes, several colours and line widths, and a
+hand-drawn (doodle) look, all drawn from the build's seed.
 
 Question kinds (dimension ids as in :data:`data_builders.v2p_format.DIMENSIONS`; ``category``
-is our own kind code, the release leaves it undocumented):
+is our own kind code, the release leaves it undocumented), and what each needs from the track:
 
-====================  ==========  ========  ===========================================
-kind                  dimension   category  options
-====================  ==========  ========  ===========================================
-colour                1 OA        1         colours
-shape                 1 OA        2         shapes
-direction             3 OD        3         left / right / up / down
-count                 10 GC       4         numbers
-order                 5 FT, 6 RT  5         before / after / at the same time
-====================  ==========  ========  ===========================================
+==========  ==========  ========  ====================================  ================================
+kind        dimension   category  options                               needs
+==========  ==========  ========  ====================================  ================================
+colour      1 OA        1         colours                               a ``colour`` attribute
+shape       1 OA        2         shapes                                a ``shape`` attribute
+direction   3 OD        3         left / right / up / down              clear single-axis motion
+count       10 GC       4         numbers                               an exhaustive track (all objects)
+order       5 FT, 6 RT  5         before / after / at the same time     another object nameable in words
+visibility  5 FT, 6 RT  6         stays / comes back / not seen again   nothing (asked when unambiguous)
+class       1 OA        7         object categories                     a ``class`` attribute
+==========  ==========  ========  ====================================  ================================
+
+``visibility`` asks whether the target goes out of sight after (FT) or before (RT) the moment of the
+prompt frame, from the frames where it has no box (GOT-10k's absence labels, LaSOT's occlusion and
+out-of-view flags, or the frames the synthetic world leaves it out of). A one-object GOT-10k /
+LaSOT track therefore gets direction, visibility and class questions; colour and shape questions
+need an attribute those datasets do not have, so they are skipped, as are count and order.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,58 +42,46 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from data_builders.checks import is_list_of, is_number
 from data_builders.errors import DataError, DecodeError, SettingError
-from data_builders.files import (
-    crosstab_markdown,
-    link_or_copy,
-    read_json_object,
-    save_samples,
-    write_reports,
+from data_builders.files import crosstab_markdown, link_or_copy, save_samples, write_reports
+from data_builders.qc import QcConfig, QcStep, TextModel, make_text_model, qc_markdown, run_qc
+from data_builders.sources.tracks import TRACK_FORMATS, frames_visible, load_generic_track, read_tracks
+from data_builders.v2p_format import DIMENSIONS, load_v2p_release, render_question, write_v2p_release
+from data_builders.visual_prompts import (
+    PROMPT_COLOURS,
+    PROMPT_NOUNS,
+    draw_prompt,
+    polygon_mask,
+    sample_style,
+    scaled_width,
 )
-from data_builders.v2p_format import (
-    DIMENSIONS,
-    load_v2p_release,
-    parse_options,
-    render_question,
-    write_v2p_release,
-)
-from data_builders.visual_prompts import PROMPT_NOUNS, draw_prompt
 
 DEFAULT_SHAPES = ("rectangle", "ellipse", "arrow", "point")
-KINDS = ("colour", "shape", "direction", "count", "order")
+KINDS = ("colour", "shape", "direction", "count", "order", "visibility", "class")
 _CATEGORY = {kind: i for i, kind in enumerate(KINDS, start=1)}
 _DIRECTIONS = ("left", "right", "up", "down")
 _ORDER = ("before", "after", "at the same time")
-_TRACK_FIELDS = ("video_id", "video_path", "fps", "duration", "width", "height", "objects")
+_AFTER = (
+    "It stays in sight until the end of the video",
+    "It goes out of sight and comes back later",
+    "It goes out of sight and is not seen again",
+)
+_BEFORE = (
+    "It is in sight from the start of the video",
+    "It comes into sight after the video starts",
+    "It goes out of sight for a while and comes back",
+)
+_MIN_GAP_S = 0.5  # shorter absences (or returns) are too brief to tell apart by eye: no question
 
 
-def load_track(path: Path) -> dict[str, Any]:
-    """Read and check one object-track JSON file.
+@dataclass(frozen=True)
+class DrawSettings:
+    """How prompts look: colours (keys of ``PROMPT_COLOURS``), widths in px (for a <= 256-px frame;
+    thicker on larger frames), and the share drawn as a shaky hand-drawn doodle."""
 
-    Raises:
-        DataError: naming the file and the bad field.
-    """
-    track = read_json_object(path, "track")
-    for name in _TRACK_FIELDS:
-        if name not in track:
-            raise DataError(str(path), "missing", field=name)
-    if not isinstance(track["objects"], list) or not track["objects"]:
-        raise DataError(str(path), "expected a non-empty list", field="objects")
-    for i, obj in enumerate(track["objects"]):
-        attributes, boxes = obj.get("attributes"), obj.get("boxes")
-        if not isinstance(attributes, dict) or not {"colour", "shape"} <= attributes.keys():
-            raise DataError(str(path), "needs colour and shape", field=f"objects[{i}].attributes")
-        if not isinstance(boxes, dict) or not boxes:
-            raise DataError(str(path), "expected a non-empty {frame: box} map", field=f"objects[{i}].boxes")
-        for frame, box in boxes.items():
-            if not (frame.isdigit() and _valid_box(box)):
-                raise DataError(str(path), f"bad box {box!r}", field=f"objects[{i}].boxes[{frame!r}]")
-    return track
-
-
-def _valid_box(box: Any) -> bool:
-    return is_list_of(box, is_number, 4) and box[2] > box[0] and box[3] > box[1]
+    colours: tuple[str, ...] = tuple(PROMPT_COLOURS)
+    widths: tuple[int, ...] = (2, 3)
+    doodle_share: float = 0.25
 
 
 def questions_from_tracks(
@@ -91,52 +90,92 @@ def questions_from_tracks(
     rng: np.random.Generator,
     *,
     out_root: str | Path,
+    **kwargs: Any,
+) -> list[dict[str, Any]]:
+    """:func:`questions_from_track` for one generic track file, its video relative to ``world_root``."""
+    return questions_from_track(load_generic_track(track_file, world_root), rng, out_root=out_root, **kwargs)
+
+
+def questions_from_track(
+    track: dict[str, Any],
+    rng: np.random.Generator,
+    *,
+    out_root: str | Path,
     shapes: Sequence[str] = DEFAULT_SHAPES,
     per_video: int = 4,
     vocab: dict[str, list[str]] | None = None,
+    kinds: Sequence[str] = KINDS,
+    draw: DrawSettings | None = None,
 ) -> list[dict[str, Any]]:
     """Make up to ``per_video`` visual-prompt questions for one video and draw their frames.
 
-    Writes ``<out_root>/frames/synthetic/<qid>.jpg`` and links the video to
-    ``<out_root>/videos/synthetic/``.
+    Writes ``<out_root>/frames/<source>/<qid>.jpg`` and links the video to
+    ``<out_root>/videos/<source>/``.
 
     Args:
-        track_file: object-track JSON of the video.
-        world_root: folder the track's ``video_path`` is relative to.
-        rng: all randomness (target, keyframe, prompt shape, option order).
+        track: an internal track (:mod:`data_builders.sources.tracks`).
+        rng: all randomness (target, kind, keyframe, prompt shape and style, option order).
         out_root: release root to write frames and videos under.
         shapes: prompt shapes to draw from.
         per_video: questions wanted; fewer when the track supports fewer.
-        vocab: ``{"colour": [...], "shape": [...]}`` option pools; defaults to this track's values.
+        vocab: ``{"colour": [...], "shape": [...], "class": [...]}`` option pools; defaults to this
+            track's values.
+        kinds: question kinds to draw from.
+        draw: prompt colours, widths and doodle share.
 
     Returns:
-        Release-format rows (plus ``id``, ``prompt_shape`` and ``target_id``), options shuffled.
+        Release-format rows (plus ``id``, ``prompt_shape``, ``prompt_style``, ``keyframe`` and
+        ``target_id``), options shuffled.
     """
-    track_file, out_root = Path(track_file), Path(out_root)
-    track = load_track(track_file)
-    video = Path(world_root) / track["video_path"]
-    if not video.is_file():
-        raise DataError(str(track_file), f"video not found: {video}", field="video_path")
+    out_root, draw = Path(out_root), draw or DrawSettings()
     objects = track["objects"]
-    vocab = vocab or {k: sorted({o["attributes"][k] for o in objects}) for k in ("colour", "shape")}
+    vocab = vocab or attribute_vocab([track])
     items, seen = [], set()
     for _ in range(6 * per_video):
         if len(items) == per_video:
             break
         target = objects[int(rng.integers(len(objects)))]
-        kind = KINDS[int(rng.integers(len(KINDS)))]
+        usable = [k for k in kinds if _supports(k, target, track)]
         shape = _prompt_shape(target, shapes, rng)
-        item = _make_item(kind, target, track, PROMPT_NOUNS[shape], vocab, rng) if shape else None
-        if item is None or (kind, target["id"], item["stem"]) in seen:
+        if not usable or shape is None:
             continue
-        seen.add((kind, target["id"], item["stem"]))
-        items.append({**item, "kind": kind, "target": target, "shape": shape})
+        kind = usable[int(rng.integers(len(usable)))]
+        keyframe = int(rng.choice(sorted(map(int, target["boxes"]))))
+        item = _make_item(kind, target, track, PROMPT_NOUNS[shape], vocab, keyframe, rng)
+        if item is None or (kind, target["id"], item["stem"], item["answer_text"]) in seen:
+            continue
+        seen.add((kind, target["id"], item["stem"], item["answer_text"]))
+        items.append({**item, "kind": kind, "target": target, "shape": shape, "keyframe": keyframe})
     if not items:
         return []
-    video_rel = f"synthetic/{track['video_id']}{video.suffix}"
+    video = Path(track["video_path"])
+    video_rel = f"{track['source']}/{track['video_id']}{video.suffix}"
     link_or_copy(video, out_root / "videos" / video_rel)
-    frames = _draw_frames(video, track, items, out_root, rng)
+    frames = _draw_frames(video, track, items, out_root, draw, rng)
     return [_row(track, item, video_rel, frame) for item, frame in zip(items, frames, strict=True)]
+
+
+def attribute_vocab(tracks: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
+    """Every value of the ``colour``, ``shape`` and ``class`` attributes across ``tracks`` (option pools)."""
+    values: dict[str, set[str]] = {"colour": set(), "shape": set(), "class": set()}
+    for track in tracks:
+        for obj in track["objects"]:
+            for key, pool in values.items():
+                if key in obj.get("attributes", {}):
+                    pool.add(obj["attributes"][key])
+    return {key: sorted(pool) for key, pool in values.items()}
+
+
+def _supports(kind: str, target: dict[str, Any], track: dict[str, Any]) -> bool:
+    """Whether the track's annotations can answer ``kind`` about ``target`` at all."""
+    attributes = target.get("attributes", {})
+    if kind in ("colour", "shape", "class"):
+        return kind in attributes
+    if kind == "count":
+        return bool(track.get("exhaustive", True))
+    if kind == "order":
+        return len(track["objects"]) > 1
+    return True
 
 
 def _words(text: str) -> set[str]:
@@ -145,30 +184,40 @@ def _words(text: str) -> set[str]:
 
 def _prompt_shape(target: dict[str, Any], shapes: Sequence[str], rng: np.random.Generator) -> str | None:
     # "the circle" (ellipse) would name a circle's shape: only nouns free of the target's words.
-    banned = _words(" ".join(target["attributes"].values()))
+    banned = _words(" ".join(target.get("attributes", {}).values()))
     allowed = [s for s in shapes if not _words(PROMPT_NOUNS[s]) & banned]
     return str(allowed[int(rng.integers(len(allowed)))]) if allowed else None
 
 
 def _make_item(
-    kind: str, target: dict, track: dict, noun: str, vocab: dict[str, list[str]], rng: np.random.Generator
+    kind: str,
+    target: dict,
+    track: dict,
+    noun: str,
+    vocab: dict[str, list[str]],
+    keyframe: int,
+    rng: np.random.Generator,
 ) -> dict[str, Any] | None:
     marked = f"the object marked by {noun}"
-    attrs = target["attributes"]
-    if kind in ("colour", "shape"):
-        pool = [v for v in vocab[kind] if v != attrs[kind]]
+    attrs = target.get("attributes", {})
+    if kind in ("colour", "shape", "class"):
+        pool = [v for v in vocab.get(kind, []) if v != attrs[kind]]
         if not pool:
             return None
-        distractors = list(rng.permutation(pool)[:3])
-        return _item(f"What {kind} is {marked}?", attrs[kind], distractors, 1, rng)
+        stem = f"What is {marked}?" if kind == "class" else f"What {kind} is {marked}?"
+        return _item(stem, attrs[kind], list(rng.permutation(pool)[:3]), 1, rng)
     if kind == "direction":
         direction = _direction(target, track)
         others = [d for d in _DIRECTIONS if d != direction]
-        if direction is None:
-            return None
-        return _item(f"In which direction does {marked} move?", direction, others, 3, rng)
+        return (
+            None
+            if direction is None
+            else _item(f"In which direction does {marked} move?", direction, others, 3, rng)
+        )
     if kind == "count":
         return _count_item(marked, target, track["objects"], rng)
+    if kind == "visibility":
+        return _visibility_item(marked, target, track, keyframe, rng)
     return _order_item(marked, noun, target, track, rng)
 
 
@@ -176,30 +225,47 @@ def _item(stem: str, answer: str, distractors: list[str], dimension: int, rng: n
     options = [answer, *map(str, distractors)]
     order = rng.permutation(len(options))
     options = [options[i] for i in order]
-    return {"stem": stem, "options": options, "answer": options.index(answer), "dimension": dimension}
+    return {
+        "stem": stem,
+        "options": options,
+        "answer": options.index(answer),
+        "answer_text": answer,
+        "dimension": dimension,
+    }
 
 
 def _direction(target: dict[str, Any], track: dict[str, Any]) -> str | None:
-    """The dominant direction of motion, or None when the motion is too small or diagonal."""
+    """The dominant direction of on-screen motion, or None when it is small, diagonal or back-and-forth."""
     frames = sorted(target["boxes"], key=int)
-    (a0, b0, a1, b1), (c0, d0, c1, d1) = target["boxes"][frames[0]], target["boxes"][frames[-1]]
-    dx, dy = (c0 + c1 - a0 - a1) / 2, (d0 + d1 - b0 - b1) / 2
+    # Centres about every half second: box jitter on real tracks would otherwise inflate the path.
+    step = max(1, round(float(track["fps"]) / 2))
+    centres = np.array([_centre(target["boxes"][f]) for f in frames[::step] + frames[-1:]])
+    dx, dy = centres[-1] - centres[0]
     along, across = max(abs(dx), abs(dy)), min(abs(dx), abs(dy))
-    # Ask only about clearly visible, clearly single-axis motion (>= 8% of the frame's short side).
+    # Ask only about clearly visible, clearly single-axis motion (>= 8% of the frame's short side) ...
     if along < 0.08 * min(track["width"], track["height"]) or across * 2 > along:
         return None
-    if abs(dx) > abs(dy):
+    axis = 0 if abs(dx) > abs(dy) else 1
+    # ... that mostly keeps going one way (the path along the axis at most 1.5 times the net move).
+    if np.abs(np.diff(centres[:, axis])).sum() > 1.5 * along:
+        return None
+    if axis == 0:
         return "right" if dx > 0 else "left"
     return "down" if dy > 0 else "up"
 
 
+def _centre(box: list[float]) -> tuple[float, float]:
+    return (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+
+
 def _count_item(marked: str, target: dict, objects: list[dict], rng: np.random.Generator) -> dict:
-    if rng.random() < 0.5:
-        stem = f"How many objects appear in the video in total, including {marked}?"
-        answer = len(objects)
-    else:
+    same_shape = all("shape" in o.get("attributes", {}) for o in objects)
+    if same_shape and rng.random() >= 0.5:
         stem = f"How many objects in the video have the same shape as {marked}, counting it too?"
         answer = sum(o["attributes"]["shape"] == target["attributes"]["shape"] for o in objects)
+    else:
+        stem = f"How many objects appear in the video in total, including {marked}?"
+        answer = len(objects)
     low = int(rng.integers(max(1, answer - 3), answer + 1))
     distractors = [n for n in range(low, low + 4) if n != answer]
     return _item(stem, str(answer), distractors, 10, rng)
@@ -207,9 +273,13 @@ def _count_item(marked: str, target: dict, objects: list[dict], rng: np.random.G
 
 def _order_item(marked: str, noun: str, target: dict, track: dict, rng: np.random.Generator) -> dict | None:
     """Did the target first appear before/after another object, which is named in words?"""
-    banned = _words(" ".join(target["attributes"].values())) | _words(noun)
+    banned = _words(" ".join(target.get("attributes", {}).values())) | _words(noun)
     names = Counter(_name(o) for o in track["objects"])
-    others = [o for o in track["objects"] if names[_name(o)] == 1 and not _words(_name(o)) & banned]
+    others = [
+        o
+        for o in track["objects"]
+        if o is not target and _name(o) and names[_name(o)] == 1 and not _words(_name(o)) & banned
+    ]
     if not others:
         return None
     other = others[int(rng.integers(len(others)))]
@@ -225,35 +295,98 @@ def _order_item(marked: str, noun: str, target: dict, track: dict, rng: np.rando
     return _item(stem, answer, [o for o in _ORDER if o != answer], dimension, rng)
 
 
-def _name(obj: dict[str, Any]) -> str:
-    return f"{obj['attributes']['colour']} {obj['attributes']['shape']}"
+def _name(obj: dict[str, Any]) -> str | None:
+    """How an object is named in words: "red circle", else its class, else None (not nameable)."""
+    attrs = obj.get("attributes", {})
+    if "colour" in attrs and "shape" in attrs:
+        return f"{attrs['colour']} {attrs['shape']}"
+    return attrs.get("class")
 
 
 def _first_frame(obj: dict[str, Any]) -> int:
     return min(map(int, obj["boxes"]))
 
 
+def _visibility_item(
+    marked: str, target: dict, track: dict, keyframe: int, rng: np.random.Generator
+) -> dict | None:
+    """Does the target go out of sight after (FT) or before (RT) the prompt frame? None if unclear."""
+    visible = frames_visible(track, target)
+    min_run = max(2, round(_MIN_GAP_S * float(track["fps"])))
+    if rng.random() < 0.5:
+        pattern = _run_pattern(visible[keyframe:], min_run)
+        answers = {(True,): 0, (True, False, True): 1, (True, False): 2}
+        stem, options, dimension = (
+            f"After the moment of the marked frame, what happens to {marked}?",
+            _AFTER,
+            5,
+        )
+    else:
+        pattern = _run_pattern(visible[: keyframe + 1][::-1], min_run)  # read backwards from the keyframe
+        answers = {(True,): 0, (True, False): 1, (True, False, True): 2}
+        stem, options, dimension = (
+            f"Before the moment of the marked frame, was {marked} always in sight?",
+            _BEFORE,
+            6,
+        )
+    if pattern not in answers:
+        return None
+    answer = options[answers[pattern]]
+    return _item(stem, answer, [o for o in options if o != answer], dimension, rng)
+
+
+def _run_pattern(visible: np.ndarray, min_run: int) -> tuple[bool, ...] | None:
+    """Visible/absent runs from the keyframe on, e.g. ``(True, False, True)``; None if a run after the
+    first is shorter than ``min_run`` frames, or more than one absence (too ambiguous to ask)."""
+    edges = np.flatnonzero(np.diff(visible.astype(np.int8))) + 1
+    bounds = [0, *edges.tolist(), len(visible)]
+    runs = [(bool(visible[a]), b - a) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    if any(length < min_run for _, length in runs[1:]) or len(runs) > 3:
+        return None
+    return tuple(value for value, _ in runs)
+
+
 def _draw_frames(
-    video: Path, track: dict, items: list[dict], out_root: Path, rng: np.random.Generator
+    video: Path, track: dict, items: list[dict], out_root: Path, draw: DrawSettings, rng: np.random.Generator
 ) -> list[str]:
-    """Draw each item's prompt on a random frame where its target is visible; one decode per video."""
+    """Draw each item's prompt on its keyframe (where its target is visible); one decode per video."""
     import decord  # imported here: only frame drawing needs a decoder
 
-    keyframes = [int(rng.choice(sorted(map(int, item["target"]["boxes"])))) for item in items]
+    keyframes = sorted({item["keyframe"] for item in items})
     try:
         reader = decord.VideoReader(str(video), ctx=decord.cpu(0))
-        if max(keyframes) >= len(reader):
-            raise DecodeError(str(video), f"has {len(reader)} frames; the track needs frame {max(keyframes)}")
-        images = reader.get_batch(sorted(set(keyframes))).asnumpy()
+        if keyframes[-1] >= len(reader):
+            raise DecodeError(str(video), f"has {len(reader)} frames; the track needs frame {keyframes[-1]}")
+        by_index = dict(zip(keyframes, reader.get_batch(keyframes).asnumpy(), strict=True))
     except decord.DECORDError as err:
         raise DecodeError(str(video), str(err).splitlines()[0]) from None
-    by_index = dict(zip(sorted(set(keyframes)), images, strict=True))
     paths = []
-    for k, (item, index) in enumerate(zip(items, keyframes, strict=True)):
-        colour = tuple(int(c) for c in rng.integers(230, 256, size=3))  # white-ish, visible on any object
-        box = item["target"]["boxes"][str(index)]
-        drawn = draw_prompt(by_index[index], item["shape"], box, colour=colour, width=2, rng=rng)
-        relative = f"synthetic/{track['video_id']}_q{k:02d}.jpg"
+    for k, item in enumerate(items):
+        image, target = by_index[item["keyframe"]], item["target"]
+        style = sample_style(
+            rng,
+            colours=draw.colours,
+            widths=draw.widths,
+            doodle_share=draw.doodle_share,
+            avoid=[target.get("attributes", {}).get("colour", "")],
+        )
+        polygons = target.get("masks", {}).get(str(item["keyframe"]))
+        mask = (
+            polygon_mask(polygons, *image.shape[:2]) if polygons and item["shape"] == "mask_contour" else None
+        )
+        drawn = draw_prompt(
+            image,
+            item["shape"],
+            target["boxes"][str(item["keyframe"])],
+            colour=style.rgb,
+            width=scaled_width(style.width, *image.shape[:2]),
+            rng=rng,
+            doodle=style.doodle,
+            label=style.label,
+            mask=mask,
+        )
+        item["style"] = {"colour": style.colour, "width": style.width, "doodle": style.doodle}
+        relative = f"{track['source']}/{track['video_id']}_q{k:02d}.jpg"
         (out_root / "frames" / relative).parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(drawn).save(out_root / "frames" / relative, quality=95)
         paths.append(relative)
@@ -268,35 +401,17 @@ def _row(track: dict[str, Any], item: dict[str, Any], video_rel: str, frame: str
         "duration": track["duration"],
         "question": render_question(item["stem"], item["options"]),
         "answer": chr(ord("A") + item["answer"]),
-        "source": "synthetic",
+        "source": track["source"],
         "frame_path": frame,
         "dimension": item["dimension"],
         "category": _CATEGORY[item["kind"]],
         # Not in the release format (the loader ignores unknown fields): kept for per-shape and
         # per-object analysis of the synthetic benchmark.
         "prompt_shape": item["shape"],
+        "prompt_style": item["style"],
+        "keyframe": item["keyframe"],
         "target_id": item["target"]["id"],
     }
-
-
-def balance_answer_letters(rows: list[dict[str, Any]], rng: np.random.Generator) -> None:
-    """Move each row's answer so letters are used about equally (in place).
-
-    Rows with fewer options go first (they cannot use the late letters); each then takes the least
-    used letter it can, ties broken at random, keeping the order of its other options.
-    """
-    counts: Counter[str] = Counter()
-    parsed = [parse_options(row["question"]) for row in rows]
-    order = sorted(range(len(rows)), key=lambda i: (len(parsed[i][1]), rng.random()))
-    for i in order:
-        stem, options = parsed[i]
-        correct = options.pop(ord(rows[i]["answer"]) - ord("A"))
-        letters = [chr(ord("A") + j) for j in range(len(options) + 1)]
-        fewest = min(counts[letter] for letter in letters)
-        letter = str(rng.choice([x for x in letters if counts[x] == fewest]))
-        options.insert(ord(letter) - ord("A"), correct)
-        rows[i]["question"], rows[i]["answer"] = render_question(stem, options), letter
-        counts[letter] += 1
 
 
 def build_vp_sft(
@@ -306,69 +421,143 @@ def build_vp_sft(
     seed: int,
     questions_per_video: int = 4,
     shapes: Sequence[str] = DEFAULT_SHAPES,
+    kinds: Sequence[str] = KINDS,
+    draw: DrawSettings | None = None,
+    qc: QcConfig | None = None,
+    source_format: str = "generic",
+    source_options: dict[str, Any] | None = None,
+    text_model: TextModel | None = None,
 ) -> Path:
-    """Build visual-prompt QA from ``<world_root>/tracks/*.json``.
+    """Build visual-prompt QA from object tracks, with quality control.
 
     Writes ``out_dir/v2p/`` (release format), ``out_dir/hf/`` (the samples
     :func:`load_v2p_release` makes of it, so training sees what the benchmark loader produces),
-    ``out_dir/stats.md`` and ``out_dir/build_info.json``.
+    ``out_dir/stats.md`` and ``out_dir/build_info.json`` (with every QC step's removals), and, for
+    frame-folder sources, the encoded videos under ``out_dir/source_videos/``.
+
+    Args:
+        world_root: a generic world (``tracks/*.json`` and videos) or a GOT-10k / LaSOT root.
+        source_format: ``generic``, ``got10k`` or ``lasot`` (a key of ``sources.tracks.TRACK_FORMATS``).
+        source_options: the reader's options (``fps``, ``stride``, ``max_side`` for frame folders).
+        qc: quality-control settings; default: option-length rule, shuffling and letter balance,
+            no blind filter.
+        text_model: a blind-filter model to use instead of the one ``qc`` names (tests).
 
     Returns:
         ``out_dir``.
 
     Raises:
-        SettingError: unknown prompt shapes or fewer than one question per video.
-        DataError: no track files, or a bad track.
+        SettingError: unknown shapes, kinds, colours or format, or fewer than one question per video.
+        DataError: no track files, a bad generic track, or no question survived.
     """
-    _check_settings(shapes, questions_per_video)
+    draw, qc = draw or DrawSettings(), qc or QcConfig()
+    _check_settings(shapes, kinds, draw, questions_per_video, source_format)
+    text_model = text_model or make_text_model(qc)  # a bad QC setting fails here, before any work
     world_root, out_dir = Path(world_root), Path(out_dir)
-    track_files = sorted((world_root / "tracks").glob("*.json"))
-    if not track_files:
-        raise DataError(str(world_root / "tracks"), "no object-track files (*.json)")
-    tracks = [load_track(f) for f in track_files]
-    vocab = {
-        k: sorted({o["attributes"][k] for t in tracks for o in t["objects"]}) for k in ("colour", "shape")
-    }
+    tracks, quarantined = read_tracks(
+        source_format, world_root, out_dir / "source_videos", **(source_options or {})
+    )
+    vocab = attribute_vocab(tracks)
     rng = np.random.default_rng(seed)
     release, rows = out_dir / "v2p", []
-    for track_file in tqdm(track_files, desc="vp questions", unit="video"):
-        rows += questions_from_tracks(
-            track_file,
-            world_root,
+    for track in tqdm(tracks, desc="vp questions", unit="video"):
+        rows += questions_from_track(
+            track,
             rng,
             out_root=release,
             shapes=shapes,
             per_video=questions_per_video,
             vocab=vocab,
+            kinds=kinds,
+            draw=draw,
         )
-    balance_answer_letters(rows, rng)
+    made = len(rows)
+    rows, steps = run_qc(rows, qc, rng, text_model)
+    if not rows:
+        raise DataError(str(world_root), f"no question survived quality control (of {made} made)")
+    _prune_media(release, rows)
     write_v2p_release(rows, release)
     save_samples(load_v2p_release(release), out_dir / "hf")
-    _write_reports(out_dir, rows, seed=seed, world_root=world_root, n_videos=len(track_files))
+    info = {
+        "seed": seed,
+        "world_root": str(world_root),
+        "source_format": source_format,
+        "videos": len(tracks),
+    }
+    _write_reports(out_dir, rows, steps, quarantined, made=made, **info)
     return out_dir
 
 
-def _check_settings(shapes: Sequence[str], questions_per_video: int) -> None:
+def _check_settings(
+    shapes: Sequence[str],
+    kinds: Sequence[str],
+    draw: DrawSettings,
+    questions_per_video: int,
+    source_format: str,
+) -> None:
     unknown = sorted(set(shapes) - set(PROMPT_NOUNS))
     if unknown or not shapes:
         raise SettingError(f"shapes must be a non-empty subset of {sorted(PROMPT_NOUNS)}, got {list(shapes)}")
+    if set(kinds) - set(KINDS) or not kinds:
+        raise SettingError(f"kinds must be a non-empty subset of {list(KINDS)}, got {list(kinds)}")
+    if set(draw.colours) - set(PROMPT_COLOURS) or not draw.colours:
+        raise SettingError(
+            f"colours must be a non-empty subset of {sorted(PROMPT_COLOURS)}, got {list(draw.colours)}"
+        )
+    if not draw.widths or min(draw.widths) < 1 or not 0 <= draw.doodle_share <= 1:
+        raise SettingError(f"line widths must be >= 1 px and doodle share in [0, 1], got {draw}")
     if questions_per_video < 1:
         raise SettingError(f"questions_per_video must be at least 1, got {questions_per_video}")
+    if source_format not in TRACK_FORMATS:
+        raise SettingError(f"unknown track format {source_format!r}; choose one of {sorted(TRACK_FORMATS)}")
 
 
-def _write_reports(out_dir: Path, rows: list[dict], *, seed: int, world_root: Path, n_videos: int) -> None:
+def _prune_media(release: Path, rows: list[dict[str, Any]]) -> None:
+    """Delete frames and video links no kept row refers to (QC removals, or an earlier build's leftovers)."""
+    wanted = {release / "frames" / r["frame_path"] for r in rows} | {
+        release / "videos" / r["video_path"] for r in rows
+    }
+    for folder in ("frames", "videos"):
+        for path in sorted((release / folder).rglob("*")):
+            if path.is_file() and path not in wanted:
+                path.unlink()
+        for path in sorted((release / folder).rglob("*"), reverse=True):
+            if path.is_dir() and not any(path.iterdir()):
+                shutil.rmtree(path)
+
+
+def _write_reports(
+    out_dir: Path, rows: list[dict], steps: list[QcStep], quarantined: list[str], *, made: int, **info: Any
+) -> None:
     dims = [f"{r['dimension']} {DIMENSIONS[r['dimension']][0]}" for r in rows]
     table = crosstab_markdown(zip(dims, (r["prompt_shape"] for r in rows), strict=True), "dimension")
     letters = Counter(r["answer"] for r in rows)
     letter_line = ", ".join(f"{k} {letters[k]}" for k in sorted(letters))
-    stats = f"# Visual-prompt QA\n\nInstances by dimension x prompt shape.\n\n{table}\n"
-    info = {
-        "seed": seed,
-        "world_root": str(world_root),
-        "videos": n_videos,
-        "questions": len(rows),
-        "by_dimension": dict(Counter(str(r["dimension"]) for r in rows)),
-        "by_shape": dict(Counter(r["prompt_shape"] for r in rows)),
-        "answer_letters": dict(letters),
-    }
-    write_reports(out_dir, stats + f"Answer letters: {letter_line}\n", info)
+    kinds = {kind: _CATEGORY[kind] for kind in KINDS}
+    stats = (
+        f"# Visual-prompt QA\n\n{len(rows)} questions kept of {made} made, from {info['videos']} videos.\n\n"
+        f"Instances by dimension x prompt shape.\n\n{table}\nAnswer letters: {letter_line}\n\n"
+        + qc_markdown(steps)
+    )
+    if quarantined:
+        stats += f"\n## Quarantined inputs ({len(quarantined)})\n\n" + "".join(
+            f"- {q}\n" for q in quarantined
+        )
+    styles = [r["prompt_style"] for r in rows]
+    write_reports(
+        out_dir,
+        stats,
+        {
+            **info,
+            "questions": len(rows),
+            "questions_made": made,
+            "by_dimension": dict(Counter(str(r["dimension"]) for r in rows)),
+            "by_shape": dict(Counter(r["prompt_shape"] for r in rows)),
+            "by_kind": {k: sum(r["category"] == c for r in rows) for k, c in kinds.items()},
+            "by_colour": dict(Counter(s["colour"] for s in styles)),
+            "doodled": sum(s["doodle"] for s in styles),
+            "answer_letters": dict(letters),
+            "qc": [step.report() for step in steps],
+            "quarantined": quarantined,
+        },
+    )

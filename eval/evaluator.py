@@ -10,6 +10,11 @@ generation, every open-ended record whose judgement is missing, incomplete or by
 judged and appended again (the last line per id wins), so a resumed evaluation re-asks only what failed;
 the judge's cache makes the rest free. Metrics that could not be judged are counted in the record's
 ``n_unjudged_metrics`` and never scored.
+
+The V2P hack diagnostics (``eval.diagnostics``, see :mod:`eval.diagnostics`) are transformed copies of
+the V2P items evaluated as further benchmarks (``v2p_blind``, ``v2p_z``, ``v2p_shuffled``,
+``v2p_text_prompt``); the summary's ``diagnostics`` entry adds what each left out, the frame count behind
+the hack ratio, and text- vs visual-prompt accuracy on the same items.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from data_builders.media import FrameCache, MediaSpec
 from data_builders.ovi_format import load_ovibench
 from data_builders.sample import Sample
 from data_builders.v2p_format import load_v2p_release
+from eval.diagnostics import build_diagnostics, check_names, text_vs_visual
 from eval.judge import UNJUDGED, HFJudge, Judge, OpenAICompatibleJudge
 from eval.metric_logging import MetricLogger
 from eval.report import write_report
@@ -164,11 +170,20 @@ class Evaluator:
         self._ovi_meta: dict[str, dict] | None = None  # OVIBench meta by item id, built on first use
         self.benchmarks: dict[str, list[Sample]] = {}
         self.quarantine: dict[str, dict[str, int]] = {}
+        _check_diagnostics(cfg)
         for name in cfg.benchmarks:
             samples, bad = check_media(load_benchmark(name, cfg), media, cache, desc=name)
             self.benchmarks[name] = samples
             self.quarantine[name] = quarantine_counts(bad)
             write_quarantine(self.run_dir, f"eval_{name}", bad)
+        # The hack diagnostics: transformed copies of the (media-checked) V2P items, run as benchmarks.
+        variants, self.diagnostics = build_diagnostics(
+            self.benchmarks.get("v2p", []),
+            cfg.diagnostics,
+            seed=cfg.diagnostics_seed,
+            release_root=cfg.v2p_root,
+        )
+        self.benchmarks.update(variants)
         # (name, step) of every model evaluated in this run directory; the first is the baseline.
         # Kept on disk so a resumed training still reports the checkpoints evaluated before the kill.
         self._models_file = self.run_dir / "eval" / "models.json"
@@ -200,7 +215,7 @@ class Evaluator:
         path = self.run_dir / "eval" / model_name / f"{name}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         done = _read_results(path)
-        todo = [s for s in self.benchmarks[name] if s.id not in done]
+        todo = [s for s in self.benchmarks[name] if not _is_current(done.get(s.id), s)]
         with path.open("a") as out:
             batches = list(self._batches(todo))
             for length, chunk in tqdm(batches, desc=f"eval {model_name} {name}", unit="batch"):
@@ -210,7 +225,8 @@ class Evaluator:
                     done[sample.id] = record
                     out.write(json.dumps(record) + "\n")
                 out.flush()
-            for record in self._judge_pending(done, desc=f"judge {model_name} {name}"):
+            current = [done[sample.id] for sample in self.benchmarks[name]]
+            for record in self._judge_pending(current, desc=f"judge {model_name} {name}"):
                 done[record["id"]] = record
                 out.write(json.dumps(record) + "\n")
                 out.flush()
@@ -278,9 +294,9 @@ class Evaluator:
             self._ovi_meta = {sample.id: sample.meta for sample in self.benchmarks.get("ovi", [])}
         return self._ovi_meta.get(record["id"], record["meta"])
 
-    def _judge_pending(self, done: dict[str, dict], desc: str) -> Iterator[dict]:
-        """Judge every record in ``done`` that needs it, yielding each judged record in order."""
-        pending = [record for record in done.values() if self.needs_judging(record)]
+    def _judge_pending(self, records: list[dict], desc: str) -> Iterator[dict]:
+        """Judge every record that needs it, yielding each judged record in order."""
+        pending = [record for record in records if self.needs_judging(record)]
         if not pending:
             return
         # An HF judge shares this process's GPU: one at a time. HTTP requests overlap.
@@ -350,11 +366,30 @@ class Evaluator:
             "quarantine": self.quarantine,
             "judge": judge_summary(self.judge, self.judge_cfg.metrics),
         }
+        if self.cfg.diagnostics:
+            extra["diagnostics"] = self._diagnostics_summary(base_name, results_of)
         summary = build_summary(
             results_of(base_name), checkpoints, extra, n_resamples=self.cfg.bootstrap_resamples
         )
         write_report(summary, self.run_dir)
         return summary
+
+    def _diagnostics_summary(
+        self, base_name: str, results_of: Callable[[str], dict[str, list[dict]]]
+    ) -> dict[str, dict[str, Any]]:
+        """The summary's ``diagnostics`` entry: per diagnostic benchmark what was left out (or why it was
+        skipped), the frame count behind the hack ratio, and text- vs visual-prompt accuracy per model."""
+        info = {bench: dict(entry) for bench, entry in self.diagnostics.items()}
+        if "v2p_shuffled" in info:
+            info["v2p_shuffled"]["frames"] = _frame_count(self.media)
+        if "v2p_text_prompt" in self.benchmarks:
+            side_by_side = {}
+            for name, _ in self.models:
+                results = results_of(name)
+                label = "baseline" if name == base_name else name
+                side_by_side[label] = text_vs_visual(results.get("v2p", []), results["v2p_text_prompt"])
+            info["v2p_text_prompt"]["text_vs_visual"] = side_by_side
+        return info
 
     def _log(self, summary: dict, model_name: str, step: int, results: dict[str, list[dict]]) -> None:
         values = {}
@@ -365,9 +400,36 @@ class Evaluator:
                 values[f"{bench}/{metric}"] = entry["baseline"] if point is None else point["value"]
                 if point is not None:
                     values[f"{bench}/{metric}/delta"] = point["delta"]
+        text = summary.get("diagnostics", {}).get("v2p_text_prompt", {}).get("text_vs_visual", {})
+        paired = text.get("baseline" if model_name == self.models[0][0] else model_name)
+        if paired and paired["n"]:
+            values["v2p_text_prompt/same_items/text_prompt"] = paired["text_prompt"]
+            values["v2p_text_prompt/same_items/visual_prompt"] = paired["visual_prompt"]
         self.logger.log(values, step=step)
         for bench, records in results.items():
             self.logger.log_table(f"{bench}/samples_{model_name}", records, step=step)
+
+
+def _check_diagnostics(cfg: EvalConfig) -> None:
+    """Fail fast on unknown diagnostics, or diagnostics without the V2P benchmark they transform."""
+    try:
+        check_names(cfg.diagnostics)
+    except ValueError as err:
+        raise ConfigError(f"eval.diagnostics: {err}") from err
+    if cfg.diagnostics and "v2p" not in cfg.benchmarks:
+        raise ConfigError("eval.diagnostics transform V2P-Bench: add v2p to eval.benchmarks")
+
+
+def _is_current(record: dict | None, sample: Sample) -> bool:
+    """Whether a stored result answers this very input (a diagnostic's pairing may change with the items)."""
+    return record is not None and record.get("meta", {}).get("variant") == sample.meta.get("variant")
+
+
+def _frame_count(media: MediaSpec) -> int | str:
+    """Frames per video under ``media``: the hack ratio holds for one frame count."""
+    if media.num_frames is not None:
+        return media.num_frames
+    return f"{media.fps:g} fps, at most {media.max_frames}"
 
 
 def _no_reply(record: dict) -> bool:

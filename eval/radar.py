@@ -73,9 +73,10 @@ def write_radar(summary: dict[str, Any], run_dir: str | os.PathLike[str]) -> Pat
         from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
     except ImportError:
         return None
-    figure = Figure(figsize=(4.2 * len(panels), 4.6), layout="constrained")
+    figure = Figure(figsize=(4.2 * len(panels), 5.0), layout="constrained")
     for index, (kind, panel) in enumerate(panels.items(), start=1):
-        _draw_panel(figure.add_subplot(1, len(panels), index, projection="polar"), kind, panel)
+        ax = _draw_panel(figure.add_subplot(1, len(panels), index, projection="polar"), kind, panel)
+    figure.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2)
     path = Path(run_dir) / RADAR_FILE
     handle, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(handle)
@@ -88,7 +89,7 @@ def write_radar(summary: dict[str, Any], run_dir: str | os.PathLike[str]) -> Pat
     return path
 
 
-def _draw_panel(ax: Any, kind: str, panel: dict[str, Any]) -> None:
+def _draw_panel(ax: Any, kind: str, panel: dict[str, Any]) -> Any:
     axes = panel["axes"]
     angles = [2 * math.pi * i / len(axes) for i in range(len(axes))]
     for name, values in panel["series"].items():
@@ -102,5 +103,5 @@ def _draw_panel(ax: Any, kind: str, panel: dict[str, Any]) -> None:
     ax.set_ylim(0.0, 1.0)
     ax.set_yticks([0.25, 0.5, 0.75, 1.0])
     ax.set_yticklabels([])
-    ax.set_title(kind, pad=14)
-    ax.legend(loc="upper right", bbox_to_anchor=(1.25, 1.12), fontsize="small")
+    ax.set_title(kind, pad=18, fontweight="bold")
+    return ax

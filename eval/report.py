@@ -16,14 +16,19 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from eval.diagnostics import DESCRIPTIONS
 from eval.radar import write_radar
 from eval.rubrics import METRICS as JUDGED_METRICS
 from eval.scoring import DIMENSIONS, TASK_GROUPS
 from eval.summary import is_graded
 
-BENCHMARK_TITLES = {"v2p": "V2P-Bench", "ovi": "OVIBench"}
+BENCHMARK_TITLES = {
+    "v2p": "V2P-Bench",
+    "ovi": "OVIBench",
+    **{bench: f"V2P-Bench diagnostic: {title}" for bench, (title, _) in DESCRIPTIONS.items()},
+}
 # Top-level summary keys rendered elsewhere than in the settings list.
-_STRUCTURAL_KEYS = ("baseline", "checkpoints", "benchmarks", "quarantine")
+_STRUCTURAL_KEYS = ("baseline", "checkpoints", "benchmarks", "quarantine", "diagnostics")
 # Category values in a meaningful order; other categories are sorted alphabetically.
 _VALUE_ORDER: dict[str, list[str]] = {
     "dimension": [label for label, _ in DIMENSIONS.values()],
@@ -43,6 +48,7 @@ def render_report(summary: dict[str, Any], figures: dict[str, str] | None = None
     """
     lines = ["# Evaluation report", "", _checkpoint_line(summary), ""]
     lines += _settings_section(summary)
+    lines += _diagnostics_section(summary)
     for benchmark, entry in summary["benchmarks"].items():
         lines += _benchmark_section(summary, benchmark, entry, (figures or {}).get(benchmark))
     return "\n".join(lines).rstrip() + "\n"
@@ -100,6 +106,64 @@ def _settings_section(summary: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def _diagnostics_section(summary: dict[str, Any]) -> list[str]:
+    """One line per V2P hack diagnostic: its numbers (baseline → last checkpoint) and what they mean."""
+    diagnostics = summary.get("diagnostics") or {}
+    if not diagnostics:
+        return []
+    last = summary["checkpoints"][-1]["name"] if summary.get("checkpoints") else None
+    lines = [
+        "## Diagnostics",
+        "",
+        "V2P-Bench hack diagnostics (our reconstruction of the paper's analyses; no code was released). "
+        f"Values: baseline{f' → {last}' if last else ''}, official first-character rule "
+        "(tolerant extraction in the tables below).",
+        "",
+    ]
+    for bench, info in diagnostics.items():
+        title, meaning = DESCRIPTIONS[bench]
+        if "skipped" in info:
+            lines.append(f"- **{title}** (`{bench}`): {info['skipped']}.")
+            continue
+        metrics = summary["benchmarks"].get(bench, {}).get("metrics", {})
+        numbers = _diagnostic_numbers(bench, info, metrics, last)
+        left_out = f" {info['n_left_out']} item(s) left out." if info.get("n_left_out") else ""
+        n_items = info.get("n_items", 0)
+        lines.append(f"- **{title}** (`{bench}`, {n_items} items): {numbers}.{left_out} *{meaning}*")
+    return lines + [""]
+
+
+def _diagnostic_numbers(bench: str, info: dict[str, Any], metrics: dict[str, Any], last: str | None) -> str:
+    def show(key: str) -> str:
+        metric = metrics.get(key)
+        if metric is None:
+            return _MISSING
+        values = [_percent(metric["baseline"])]
+        if last:
+            values.append(_percent(_checkpoint_value(metric, last)))
+        return " → ".join(values)
+
+    if bench == "v2p_z":
+        return f"accuracy {show('accuracy')}, Z chosen {show('z_rate')}"
+    if bench == "v2p_shuffled":
+        buckets = [b for b in _VALUE_ORDER["duration"] if f"hack_ratio/duration/{b}" in metrics]
+        by_bucket = ", ".join(f"{b} {show(f'hack_ratio/duration/{b}')}" for b in buckets)
+        return (
+            f"refusal (Z) {show('refusal_rate')}, hack ratio {show('hack_ratio')} ({by_bucket}) "
+            f"at {info.get('frames', '?')} frames per video"
+        )
+    if bench == "v2p_text_prompt":
+        pairs = info.get("text_vs_visual", {})
+        shown = [
+            f"{name}: text {_percent(pair['text_prompt'])} vs visual {_percent(pair['visual_prompt'])}"
+            for name, pair in pairs.items()
+            if name in ("baseline", last) and pair["n"]
+        ]
+        n = max((pair["n"] for pair in pairs.values()), default=0)
+        return f"on the same {n} items, " + ("; ".join(shown) or _MISSING)
+    return f"accuracy {show('accuracy')}"
+
+
 def _benchmark_section(
     summary: dict[str, Any], benchmark: str, entry: dict[str, Any], figure: str | None = None
 ) -> list[str]:
@@ -112,8 +176,14 @@ def _benchmark_section(
         lines += _category_tables(entry["metrics"], names[-1])
     if figure:
         compared = f"baseline vs {names[-1]}" if names else "baseline"
-        caption = f"{title} per interruption type ({compared}; scores scaled to [0, 1])"
-        lines += [f"### {caption}", "", f"![{caption}]({figure})", ""]
+        lines += [
+            f"### {title} per interruption type ({compared})",
+            "",
+            "CA and the judged metrics, each scaled to 0–1 (1–10 scores as (score − 1) / 9).",
+            "",
+            f"![{title} radar plot per interruption type]({figure})",
+            "",
+        ]
     return lines
 
 

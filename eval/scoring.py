@@ -38,6 +38,8 @@ INTERRUPTION_TYPES = ("Cancellation", "False Trigger", "Correction")
 
 UNKNOWN = "unknown"
 
+Z_LETTERS = "ABCDZ"  # option letters when the Z option ("not enough information") is offered
+
 
 # ---------------------------------------------------------------------------------------------------
 # V2P: answer extraction
@@ -278,11 +280,35 @@ def _canonical_type(name: str) -> str:
 
 
 def score_v2p(record: dict[str, Any]) -> dict[str, float]:
-    """``{"correct": official 0/1, "correct_tolerant": tolerant 0/1}`` for one V2P result record."""
-    prediction, answer = record["prediction"] or "", record["meta"]["answer"]
+    """The 0/1 scores of one V2P result record, official rule and tolerant extraction side by side.
+
+    - plain V2P, and the ``blind`` and ``text_prompt`` diagnostics: ``correct``, ``correct_tolerant``;
+    - ``z_option`` (an added option Z, see ``eval.diagnostics``): those two, plus ``z_rate`` (the response
+      starts with "Z") and ``z_rate_tolerant`` (Z extracted); the tolerant rule then reads A–D and Z;
+    - ``shuffled`` (another item's video, with option Z): ``refusal_rate`` / ``refusal_rate_tolerant`` (Z
+      chosen) and ``hack_ratio`` / ``hack_ratio_tolerant`` (the original answer still chosen, though the
+      input cannot hold its evidence). No accuracy: there is no right answer to that input.
+    """
+    meta = record["meta"]
+    prediction, answer = record["prediction"] or "", meta["answer"]
+    with_z = bool(meta.get("z_option"))
+    letter = tolerant_letter(prediction, letters=Z_LETTERS if with_z else "ABCD")
+    correct = float(official_correct(prediction, answer)), float(letter == answer)
+    if not with_z:
+        return {"correct": correct[0], "correct_tolerant": correct[1]}
+    refused = float(official_correct(prediction, "Z")), float(letter == "Z")
+    if meta.get("diagnostic") == "shuffled":
+        return {
+            "refusal_rate": refused[0],
+            "refusal_rate_tolerant": refused[1],
+            "hack_ratio": correct[0],
+            "hack_ratio_tolerant": correct[1],
+        }
     return {
-        "correct": float(official_correct(prediction, answer)),
-        "correct_tolerant": float(tolerant_letter(prediction) == answer),
+        "correct": correct[0],
+        "correct_tolerant": correct[1],
+        "z_rate": refused[0],
+        "z_rate_tolerant": refused[1],
     }
 
 
@@ -306,7 +332,8 @@ def score_record(record: dict[str, Any]) -> dict[str, float]:
 def category_keys(record: dict[str, Any]) -> dict[str, str]:
     """The categories a record is reported under.
 
-    v2p: ``dimension`` (label), ``duration`` (bucket), ``task_group``, ``source``, ``shape``.
+    v2p: ``dimension`` (label), ``duration`` (bucket), ``task_group``, ``source``, ``shape``; the
+    ``shuffled`` diagnostic: ``duration`` only.
     ovi: ``type`` (interruption type), ``format`` ("mcq" / "open").
     """
     meta = record["meta"]
@@ -314,13 +341,17 @@ def category_keys(record: dict[str, Any]) -> dict[str, str]:
         return {"type": meta["interruption_type"], "format": meta["format"]}
     if record["task"] != "v2p":
         raise ValueError(f"record {record.get('id')!r}: unknown task {record['task']!r}")
+    duration = duration_bucket(float(meta["duration"]))
+    if meta.get("diagnostic") == "shuffled":
+        return {"duration": duration}  # the hack ratio is read by duration bucket only
     label = dimension_label(meta["dimension"])
     return {
         "dimension": label,
-        "duration": duration_bucket(float(meta["duration"])),
+        "duration": duration,
         "task_group": task_group(label),
         "source": str(meta["source"]),
-        "shape": prompt_shape(meta["question"]),
+        # A text-prompt item is reported under the shape of the visual prompt it replaces.
+        "shape": prompt_shape(meta.get("visual_prompt_question", meta["question"])),
     }
 
 

@@ -4,7 +4,8 @@ Input rows are scored records, one per benchmark item (see ``eval.scoring.scored
 
     {"id": str, "task": str, "scores": {"correct": 1.0, ...}, "categories": {"dimension": "OA", ...}}
 
-Metric keys are the overall metric names (``"accuracy"``, ``"accuracy_tolerant"``, ``"ma"``, ``"ca"``, and
+Metric keys are the overall metric names (``"accuracy"``, ``"accuracy_tolerant"``, the V2P diagnostics'
+``"z_rate"``, ``"refusal_rate"`` and ``"hack_ratio"`` with their ``_tolerant`` twins, ``"ma"``, ``"ca"``, and
 the judged OVIBench metrics ``"iac"``, ``"ifa"``, ``"tfs"``, ``"ves"``, ``"cfs"``, ``"ccs"``) and
 ``"<metric>/<category>/<value>"`` per category, e.g. ``"accuracy/dimension/OA"``. Every value is a micro
 average over the items scored under that key (for 0/1 metrics: correct items / items), never a mean of
@@ -31,6 +32,25 @@ METRIC_NAMES: dict[str, str] = {
     "ca": "ca",
 }
 
+# The order of metrics in tables: rule-scored rates, then the judge's rates, then its 1-10 scores.
+METRIC_ORDER = (
+    "accuracy",
+    "accuracy_tolerant",
+    "z_rate",
+    "z_rate_tolerant",
+    "refusal_rate",
+    "refusal_rate_tolerant",
+    "hack_ratio",
+    "hack_ratio_tolerant",
+    "ma",
+    "ca",
+    "iac",
+    "ifa",
+    "tfs",
+    "ves",
+    "cfs",
+    "ccs",
+)
 # Judge metrics on a 1-10 scale: means, not proportions, so no McNemar test and no percentages.
 GRADED_METRICS = frozenset(name for name, metric in METRICS.items() if metric.scale != BINARY)
 
@@ -74,8 +94,14 @@ def item_scores(records: ScoredRecords) -> dict[str, dict[str, float]]:
 
 
 def _overall_first(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    overall = {key: scores for key, scores in table.items() if "/" not in key}
-    return overall | {key: scores for key, scores in table.items() if "/" in key}
+    """Overall keys before per-category ones, each group in ``METRIC_ORDER`` (others after, as found)."""
+
+    def rank(key: str) -> int:
+        name = key.split("/", 1)[0]
+        return METRIC_ORDER.index(name) if name in METRIC_ORDER else len(METRIC_ORDER)
+
+    keys = sorted(table, key=lambda key: ("/" in key, rank(key)))  # stable: ties keep first-seen order
+    return {key: table[key] for key in keys}
 
 
 def aggregate(records: ScoredRecords) -> dict[str, dict[str, float | int]]:

@@ -125,6 +125,34 @@ def test_make_judge_from_config(tmp_path):
             make_judge(bad, tmp_path)
 
 
+def test_a_dead_judge_is_given_up_on_and_its_items_stay_unjudged(tmp_path, monkeypatch):
+    from data_builders.media import FrameCache, MediaSpec
+    from eval.evaluator import _GIVE_UP_AFTER, Evaluator
+    from eval.metric_logging import NullLogger
+    from train.config import EvalConfig
+
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
+    dead = JudgeConfig(backend="openai", base_url="http://127.0.0.1:1/v1", model="m", max_retries=0)
+    cfg, media = EvalConfig(benchmarks=[]), MediaSpec()
+    evaluator = Evaluator(cfg, media, FrameCache(None), tmp_path, NullLogger(), judge=dead)
+    meta = {
+        "format": "open",
+        "interruption_type": "Cancellation",
+        "question": "What happens?",
+        "partial_answer": "A red",
+        "interruption": "Stop.",
+        "reference_reaction": "Okay, I'll stop.",
+    }
+    records = [{"id": f"o{i}", "task": "ovi", "prediction": "Okay.", "meta": meta} for i in range(40)]
+    assert all(evaluator.needs_judging(r) for r in records)
+    with pytest.warns(UserWarning, match="no reply"):
+        judged = list(evaluator._judge_pending(records, "judge"))
+    assert len(judged) == _GIVE_UP_AFTER
+    assert all(r["n_unjudged_metrics"] == 4 and r["scores"] == {} for r in judged)
+    assert all(evaluator.needs_judging(r) for r in judged)  # asked again by the next evaluation
+
+
 # ---------------------------------------------------------------------------------------------------
 # Summary, report and radar on hand-made records
 

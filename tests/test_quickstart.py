@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,20 @@ def test_lora_and_saved_modules_changed_frozen_weights_did_not(quickstart_run):
             assert torch.equal(param, before[name]), f"frozen {name} changed"
 
 
+def _logged_by_step(run_dir: Path, last_step: int, wait_s: float = 30.0) -> dict[int, dict]:
+    """step → everything W&B recorded at that step. W&B's service may still be writing the run file
+    for a moment after ``finish()`` returns, so poll (bounded) until the last step is there."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+        logged: dict[int, dict] = {}
+        for row in history(run_file):
+            logged.setdefault(row["_step"], {}).update(row)
+        if last_step in logged or time.monotonic() > deadline:
+            return logged
+        time.sleep(0.5)
+
+
 @pytest.mark.slow
 def test_metrics_and_deltas_reach_summary_report_and_wandb(quickstart_run):
     cfg, result = quickstart_run
@@ -91,10 +106,7 @@ def test_metrics_and_deltas_reach_summary_report_and_wandb(quickstart_run):
     per_sample = (run_dir / "eval" / "checkpoint-6" / "v2p.jsonl").read_text().splitlines()
     assert len(per_sample) == 6 and {"prediction", "scores"} <= json.loads(per_sample[0]).keys()
 
-    (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
-    logged = {}  # step → everything logged at that step
-    for row in history(run_file):
-        logged.setdefault(row["_step"], {}).update(row)
+    logged = _logged_by_step(run_dir, last_step=6)
     assert "v2p/accuracy" in logged[0] and "ovi/ca" in logged[0]  # the baseline, before step 1
     for step in (3, 6):
         for bench, metric in (("v2p", "accuracy"), ("ovi", "ca")):

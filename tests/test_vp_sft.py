@@ -12,9 +12,11 @@ import pytest
 from PIL import Image
 
 from data_builders.errors import DataError, SettingError
+from data_builders.qc import balance_answer_letters
 from data_builders.v2p_format import load_v2p_release, parse_options, render_question
 from data_builders.video_io import read_all_frames, write_mp4
-from data_builders.vp_sft import balance_answer_letters, build_vp_sft, questions_from_tracks
+from data_builders.visual_prompts import SHAPES
+from data_builders.vp_sft import build_vp_sft, questions_from_tracks
 
 SIZE, FRAMES, FPS, OBJ = 64, 24, 8.0, 10
 RGB = {"red": (220, 50, 50), "green": (50, 190, 70), "blue": (60, 100, 235), "yellow": (235, 210, 50)}
@@ -116,6 +118,8 @@ def test_questions_never_name_the_target_and_answers_are_true(world: Path, tmp_p
             assert answer == str(len(track["objects"]))
         if "first appear" in stem:
             assert answer == _order_truth(stem, target, track["objects"])
+        if "moment of the marked frame" in stem:
+            assert answer == _visibility_truth(stem, target, row["keyframe"])
         assert 2 <= len(options) <= 4 and len(set(options)) == len(options)
 
 
@@ -127,6 +131,34 @@ def _order_truth(stem: str, target: dict, objects: list[dict]) -> str:
     if first[id(a)] == first[id(b)]:
         return "at the same time"
     return "before" if first[id(a)] < first[id(b)] else "after"
+
+
+def _visibility_truth(stem: str, target: dict, keyframe: int) -> str:
+    """The fixture's objects are visible from their appear frame to the end: they never leave."""
+    if stem.startswith("After"):
+        return "It stays in sight until the end of the video"
+    appear = min(map(int, target["boxes"]))
+    return (
+        "It is in sight from the start of the video"
+        if appear == 0
+        else "It comes into sight after the video starts"
+    )
+
+
+def test_all_eight_shapes_in_several_styles_deterministically(world: Path, tmp_path: Path):
+    pairs = _all_questions(world, tmp_path / "a", per_video=6, shapes=SHAPES)
+    again = _all_questions(world, tmp_path / "b", per_video=6, shapes=SHAPES)
+    assert [r for r, _ in pairs] == [r for r, _ in again]
+    assert {r["prompt_shape"] for r, _ in pairs} == set(SHAPES)
+    styles = [r["prompt_style"] for r, _ in pairs]
+    assert len({s["colour"] for s in styles}) >= 4 and {s["width"] for s in styles} == {2, 3}
+    assert 0 < sum(s["doodle"] for s in styles) < len(styles)
+    for row, track in pairs:  # never a red box around a red object
+        assert row["prompt_style"]["colour"] != track["objects"][row["target_id"]]["attributes"]["colour"]
+    first = Image.open(tmp_path / "a" / "frames" / pairs[0][0]["frame_path"])
+    assert np.array_equal(
+        np.asarray(first), np.asarray(Image.open(tmp_path / "b" / "frames" / pairs[0][0]["frame_path"]))
+    )
 
 
 def test_prompt_noun_never_repeats_the_targets_shape(world: Path, tmp_path: Path):
@@ -144,8 +176,9 @@ def test_frames_are_drawn_and_videos_linked(world: Path, tmp_path: Path):
     for row in rows:
         image = np.asarray(Image.open(tmp_path / "frames" / row["frame_path"]))
         assert image.shape == (SIZE, SIZE, 3)
-        # The prompt is white-ish: some pixels are much brighter than anything in the raw video.
-        assert (image.min(axis=2) > 200).sum() > 5 and raw.min(axis=3).max() < 200
+        # The prompt changes the keyframe well beyond JPEG noise.
+        changed = np.abs(image.astype(int) - raw[row["keyframe"]].astype(int)).max(axis=2) > 80
+        assert changed.sum() > 5, row["prompt_shape"]
         assert row["frame_path"].startswith("synthetic/") and row["video_path"] == "synthetic/v00.mp4"
     assert (tmp_path / "videos" / "synthetic" / "v00.mp4").stat().st_size == (
         world / "videos/v00.mp4"

@@ -18,9 +18,8 @@ register_configs()
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> None:
-    from train.recipe import run
-
     from eval.headline import headline
+    from train.recipe import run
 
     config: TrainConfig = OmegaConf.to_object(cfg)
     run_cli(lambda: print(headline(run(config).summary), f"\nreport: {config.run_dir}/report.md", sep=""))

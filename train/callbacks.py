@@ -23,6 +23,12 @@ class CheckpointEval(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         # On resume the baseline is already on disk; evaluate() only fills in missing items.
         self.evaluator.evaluate(model, self.adapter, "baseline", step=0)
+        if state.global_step > 0:
+            # Resumed from checkpoint-N, whose weights the model now holds. A kill during its evaluation
+            # (on_save runs after the save) left it partial, and no later on_save comes back to it;
+            # finish it here. A complete one costs nothing: every item is already on disk.
+            name = f"checkpoint-{state.global_step}"
+            self.evaluator.evaluate(model, self.adapter, name, step=state.global_step)
 
     def on_save(self, args, state, control, model=None, **kwargs):
         self.evaluator.evaluate(

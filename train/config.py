@@ -84,6 +84,10 @@ class EvalConfig:
     max_new_tokens_open: int = 128  # open-ended OVIBench reactions (batched apart, so MCQ batches stay short)
     bootstrap_resamples: int = 2000
     on_save: bool = True  # evaluate every saved checkpoint during training
+    # V2P hack diagnostics, each run as one more benchmark (eval/diagnostics.py): blind, z_option,
+    # shuffled, hack_ratio (the same inputs as shuffled), text_prompt. Needs v2p in benchmarks.
+    diagnostics: list[str] = field(default_factory=list)
+    diagnostics_seed: int = 0  # the shuffled video-question pairing
 
 
 @dataclass

@@ -6,6 +6,7 @@ Trainer. The only custom behaviour inside the loop lives in ``train.callbacks``.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,6 +115,10 @@ def run(cfg: TrainConfig) -> RunResult:
         adapter = QwenVLAdapter(processor, cfg.media, cache)
         samples, bad = check_media(load_samples(cfg.data.train), cfg.media, cache, desc="train")
         write_quarantine(run_dir, "train", bad)
+        # Seed again right before the LoRA init: what ran since the first seed may have drawn from the
+        # global RNG (building the tiny checkpoint does, on a first run only), and the LoRA A matrices
+        # must not depend on it, or a resumed run and its twin would train different adapters.
+        set_seed(cfg.trainer.seed)
         model = apply_peft(model, cfg.peft)
         evaluator = Evaluator(cfg.eval, cfg.media, cache, run_dir, logger) if cfg.eval.benchmarks else None
         if evaluator:
@@ -127,6 +132,8 @@ def run(cfg: TrainConfig) -> RunResult:
             + ([CheckpointEval(evaluator, adapter)] if evaluator and cfg.eval.on_save else []),
         )
         last = _last_checkpoint(run_dir / "checkpoints")
+        if last:
+            print(f"resuming from {last}", flush=True)
         trainer.train(resume_from_checkpoint=last)
         trainer.save_model(str(run_dir / "final"))
         summary = evaluator.write_summary() if evaluator and evaluator.models else {}
@@ -139,5 +146,15 @@ def _last_checkpoint(directory: Path) -> str | None:
     """The newest complete checkpoint in ``directory``, to resume from (None for a fresh run)."""
     if not directory.exists():
         return None
-    steps = [p for p in directory.glob("checkpoint-*") if (p / "trainer_state.json").exists()]
+    steps = [p for p in directory.glob("checkpoint-*") if _is_complete(p)]
     return str(max(steps, key=lambda p: int(p.name.split("-")[1]))) if steps else None
+
+
+def _is_complete(checkpoint: Path) -> bool:
+    """Whether a save finished: the Trainer writes ``trainer_state.json`` last, and not atomically, so a
+    kill mid-write leaves one that does not parse."""
+    try:
+        json.loads((checkpoint / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return True

@@ -1,0 +1,62 @@
+"""Evaluation throughput: items per second batched (16 at a time) against one at a time.
+
+The evaluator's own ``generate`` (render, left-padded processor batch, greedy decoding of up to
+``eval.max_new_tokens`` tokens) on the first 32 items of the synthetic V2P-Bench twin, tiny model.
+
+    python bench/bench_eval_batching.py
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from common import median, print_table, quickstart_config, timed
+
+from data_builders.media import FrameCache
+from eval.evaluator import Evaluator
+from eval.metric_logging import NullLogger
+from train.adapter import QwenVLAdapter
+from train.models import load_model
+from train.recipe import resolve_data
+
+ITEMS = 32
+BATCH = 16
+REPEATS = 2  # timed passes over all items, per setting (alternating)
+
+
+def main() -> None:
+    cfg = quickstart_config()
+    resolve_data(cfg)
+    cache = FrameCache(cfg.data.frame_cache)
+    eval_cfg = replace(cfg.eval, benchmarks=["v2p"], limit=ITEMS, batch_size=BATCH)
+    evaluator = Evaluator(eval_cfg, cfg.media, cache, cfg.run_dir, NullLogger())  # warms the frame cache
+    items = evaluator.benchmarks["v2p"]
+    assert len(items) == ITEMS, f"the synthetic V2P twin has {len(items)} items, {ITEMS} wanted"
+    model, processor = load_model(cfg.model)
+    model.eval()
+    adapter = QwenVLAdapter(processor, cfg.media, cache)
+
+    def run(size: int) -> None:
+        with torch.no_grad():
+            for start in range(0, len(items), size):
+                evaluator.generate(model, adapter, items[start : start + size])
+
+    run(BATCH)  # warm-up: first-call allocations
+    times: dict[int, list[float]] = {BATCH: [], 1: []}
+    for _ in range(REPEATS):
+        for size in times:
+            times[size].append(timed(lambda size=size: run(size)))
+    rate = {size: ITEMS / median(values) for size, values in times.items()}
+    rows = [[f"batch {size}", f"{rate[size]:.1f}", f"{rate[size] / rate[1]:.2f}"] for size in (1, BATCH)]
+    print_table(
+        f"Evaluation batching: {ITEMS} V2P items, tiny Qwen2.5-VL, greedy, up to "
+        f"{eval_cfg.max_new_tokens} new tokens, median of {REPEATS} passes",
+        ["setting", "items/s", "x one at a time"],
+        rows,
+        notes=["a batch decodes until its longest answer ends (or max_new_tokens); one item, until its own"],
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Shared setup for the benchmarks: the quickstart's config, a small synthetic build, the tiny model
+with the recipe's LoRA, a fixed training batch, and a table printer.
+
+Everything is built once under ``outputs/bench/`` (or ``$BENCH_ROOT``) and reused by later runs, so a
+benchmark's timings never include building data or the checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WANDB_MODE", "disabled")
+# Deprecation notices and the CPU pin_memory notice say nothing about the figures.
+warnings.filterwarnings("ignore", category=FutureWarning)
+warnings.filterwarnings("ignore", message=".*pin_memory.*")
+warnings.filterwarnings("ignore", message=".*NumPy array is not writable.*")
+
+import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from data_builders.media import FrameCache  # noqa: E402
+from data_builders.sample import Sample  # noqa: E402
+from train.adapter import QwenVLAdapter  # noqa: E402
+from train.config import TrainConfig, register_configs  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH_ROOT = Path(os.environ.get("BENCH_ROOT", REPO / "outputs" / "bench"))
+
+
+def quickstart_config(*overrides: str) -> TrainConfig:
+    """The quickstart experiment as ``python -m train +exp=quickstart`` composes it, with a smaller
+    synthetic build under ``BENCH_ROOT`` (8 training videos; 8 evaluation videos, 32 V2P items)."""
+    register_configs()
+    defaults = [
+        "+exp=quickstart",
+        f"output_root={BENCH_ROOT}",
+        "run_name=bench",
+        "data.synthetic.train_videos=8",
+        "data.synthetic.eval_videos=8",
+        "data.synthetic.vp_questions_per_video=4",
+        "logger=none",
+        "eval=none",
+    ]
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
+        return OmegaConf.to_object(compose("train", overrides=[*defaults, *overrides]))
+
+
+@dataclass
+class Setup:
+    """The recipe's pieces for one benchmark: config, processor, adapter and training samples whose
+    frames are already in the cache (as ``run`` leaves them before its first step)."""
+
+    cfg: TrainConfig
+    processor: object
+    adapter: QwenVLAdapter
+    samples: list[Sample]
+
+
+def training_setup(*overrides: str) -> Setup:
+    """Build (once) and load the quickstart's data and tiny model; warm the frame cache."""
+    from train.data import check_media, load_samples
+    from train.models import load_model
+    from train.recipe import resolve_data
+
+    cfg = quickstart_config(*overrides)
+    resolve_data(cfg)
+    cache = FrameCache(cfg.data.frame_cache)
+    _, processor = load_model(cfg.model)
+    adapter = QwenVLAdapter(processor, cfg.media, cache)
+    samples, _ = check_media(load_samples(cfg.data.train), cfg.media, cache, desc="warm cache")
+    return Setup(cfg, processor, adapter, samples)
+
+
+def fresh_model(cfg: TrainConfig) -> torch.nn.Module:
+    """The tiny model wrapped with the recipe's LoRA, seeded as the recipe seeds it."""
+    from transformers import set_seed
+
+    from train.models import load_model
+    from train.recipe import apply_peft
+
+    model, _ = load_model(cfg.model)
+    set_seed(cfg.trainer.seed)
+    return apply_peft(model, cfg.peft).train()
+
+
+def fixed_batch(setup: Setup, size: int) -> dict:
+    """The first ``size`` training samples rendered and collated exactly as the Trainer's collator does."""
+    from train.data import Collator, SampleDataset
+
+    dataset = SampleDataset(setup.samples, setup.adapter)
+    return Collator(setup.adapter)([dataset[i] for i in range(size)])
+
+
+def timed(fn: Callable[[], object]) -> float:
+    """Seconds one call of ``fn`` takes."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def machine_line() -> str:
+    """What the figures were measured on, printed under every table."""
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores visible, torch "
+        f"{torch.__version__} with {torch.get_num_threads()} threads; a shared machine makes ratios "
+        "noisier than they look"
+    )
+
+
+def print_table(title: str, header: list[str], rows: list[list[str]], notes: list[str] = ()) -> None:
+    """A plain-text table (Markdown-compatible, so it can go into a README as it is)."""
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells):
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    print(f"\n{title}\n")
+    print(line(header))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in rows:
+        print(line(row))
+    for note in [*notes, machine_line()]:
+        print(f"\n- {note}", end="")
+    print()

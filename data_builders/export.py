@@ -1,0 +1,291 @@
+"""Export our HF datasets of :class:`~data_builders.sample.Sample` rows for LLaMA-Factory and ms-swift.
+
+Both tools read a conversation as ``messages`` (``role`` / ``content``) whose text holds one
+``<video>`` / ``<image>`` placeholder per medium, in order, with the media paths in ``videos`` /
+``images`` lists. The text of a turn is its parts joined with no separator, placeholders where the
+media are — the same order :mod:`train.adapter` renders for our own training, so the prompt a model
+sees is the same whichever tool trains it.
+
+- ``llamafactory``: ``<out>/<name>.json`` (a JSON list) and ``<out>/dataset_info.json`` with the
+  entry describing it (sharegpt formatting, role/content tags; other entries already in that file
+  are kept). Train with ``dataset_dir: <out>`` and ``dataset: <name>``.
+- ``swift``: ``<out>/<name>.jsonl``, one ``{"messages", "videos", "images"}`` object per line;
+  train with ``--dataset <out>/<name>.jsonl``.
+
+Video spans. Both tools take whole files, but an OVI-Train sample shows two spans of one video
+(``[0, t_q]`` with the question, ``(t_q, t_i]`` with the interruption), and giving the whole file
+twice would show the model the future. So every span that is not the whole file is written as its
+own trimmed mp4 under ``<out>/clips/`` (decoded with decord, encoded with
+:func:`~data_builders.video_io.write_mp4`) at ``clip_fps`` frames per second (default 4, above the
+2 fps both tools sample Qwen2.5-VL video at) with the longer side at most ``clip_max_side`` px; the
+clip keeps the span's duration. Whole-file spans (all V2P rows) point at the original file.
+
+Training only the final turn. Our samples put loss on the last assistant turn only (OVI's partial
+answer is given, not predicted). LLaMA-Factory learns every assistant turn unless ``mask_history:
+true``; ms-swift likewise unless ``--loss_scale last_round``. Set those; ``<out>/README.md`` says
+so too. A sample whose loss is elsewhere, whose turns do not alternate user/assistant, or whose text
+already contains a placeholder is left out and listed in ``export_info.json`` with the reason.
+
+Paths in the export are absolute.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from data_builders.errors import DataError, DecodeError, SettingError
+from data_builders.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
+from data_builders.sample import Part, Sample
+
+EXPORT_FORMATS = ("llamafactory", "swift")
+PLACEHOLDERS = {"video": "<video>", "image": "<image>"}
+EXPORT_INFO_FILE = "export_info.json"
+DEFAULT_SYSTEM = "You are a helpful assistant."  # what our adapter (and Qwen's template) puts first
+
+
+@dataclass
+class ExportResult:
+    """Where the export went, how many rows it has, what was left out (``(id, reason)``), clips written."""
+
+    path: Path
+    rows: int
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    clips: int = 0
+
+
+class ClipWriter:
+    """Media paths for video spans: the file itself for a whole-file span, else a trimmed mp4 (once).
+
+    Args:
+        folder: where clips go.
+        fps: the clips' frame rate (``None``: the source's).
+        max_side: the clips' longer side at most this many pixels.
+    """
+
+    def __init__(self, folder: Path, fps: float | None = 4.0, max_side: int = 640):
+        if (fps is not None and fps <= 0) or max_side < 2:
+            raise SettingError(f"clip_fps and clip_max_side must be positive, got {fps}, {max_side}")
+        self.folder, self.fps, self.max_side = folder, fps, max_side
+        self._info: dict[str, tuple[int, float, int, int]] = {}
+        self.written = 0
+
+    def path_for(self, part: Part) -> str:
+        """The absolute path the export names for a video part.
+
+        Raises:
+            DecodeError: the video cannot be read.
+        """
+        source = str(Path(part.path).resolve())
+        frames, fps, width, height = self._probe(source)
+        start, end = (
+            max(0.0, part.start or 0.0),
+            min(part.end if part.end is not None else np.inf, frames / fps),
+        )
+        if start <= 0.5 / fps and end >= frames / fps - 1.0 / fps:  # the whole file, give or take a frame
+            return source
+        clip = self.folder / f"{Path(source).stem}__{round(start * 1000)}-{round(end * 1000)}ms.mp4"
+        if not clip.is_file():
+            self._trim(source, start, end, fps, width, height, clip)
+            self.written += 1
+        return str(clip.resolve())
+
+    def _probe(self, path: str) -> tuple[int, float, int, int]:
+        if path not in self._info:
+            import decord  # imported here: only video spans need a decoder
+
+            try:
+                reader = decord.VideoReader(path, ctx=decord.cpu(0))
+                height, width = reader[0].shape[:2]
+                self._info[path] = (len(reader), float(reader.get_avg_fps()), width, height)
+            except (decord.DECORDError, RuntimeError) as err:
+                raise DecodeError(
+                    path, str(err).splitlines()[0] if str(err) else type(err).__name__
+                ) from None
+        return self._info[path]
+
+    def _trim(
+        self, path: str, start: float, end: float, fps: float, width: int, height: int, clip: Path
+    ) -> None:
+        import decord
+
+        from data_builders.video_io import write_mp4
+
+        rate = self.fps or fps
+        scale = min(1.0, self.max_side / max(width, height))
+        size = (max(2, int(width * scale) // 2 * 2), max(2, int(height * scale) // 2 * 2))
+        count = max(1, round((end - start) * rate))
+        # Frame i shows the source at the middle of its 1/rate-long slot, so the clip lasts end - start.
+        times = start + (np.arange(count) + 0.5) * (end - start) / count
+        try:
+            reader = decord.VideoReader(path, ctx=decord.cpu(0), width=size[0], height=size[1])
+            indices = np.minimum(len(reader) - 1, (times * fps).astype(int)).tolist()
+            frames = reader.get_batch(indices).asnumpy()
+        except decord.DECORDError as err:
+            raise DecodeError(path, str(err).splitlines()[0]) from None
+        write_mp4(clip, frames, count / (end - start) if end > start else rate)
+
+
+def conversation(sample: Sample, clips: ClipWriter, system: str | None) -> dict[str, Any]:
+    """One exported row: ``messages`` with placeholders, and the ``videos`` / ``images`` they stand for.
+
+    Raises:
+        DataError: the sample cannot be exported as is (the message says why).
+        DecodeError: one of its videos cannot be read.
+    """
+    _check_shape(sample)
+    messages = [{"role": "system", "content": system}] if system else []
+    media: dict[str, list[str]] = {"video": [], "image": []}
+    for turn in sample.turns:
+        content = ""
+        for part in turn.parts:
+            if part.type == "text":
+                content += part.text or ""
+                continue
+            path = clips.path_for(part) if part.type == "video" else str(Path(part.path).resolve())
+            media[part.type].append(path)
+            content += PLACEHOLDERS[part.type]
+        messages.append({"role": turn.role, "content": content})
+    return {"id": sample.id, "messages": messages, "videos": media["video"], "images": media["image"]}
+
+
+def _check_shape(sample: Sample) -> None:
+    roles = [t.role for t in sample.turns]
+    if not roles or roles != ["user", "assistant"] * (len(roles) // 2) or len(roles) % 2:
+        raise DataError(sample.id, f"turns must alternate user, assistant, ...; got {roles}")
+    losses = [i for i, t in enumerate(sample.turns) if t.loss]
+    if losses != [len(roles) - 1]:
+        raise DataError(sample.id, f"only the final assistant turn may carry loss; loss on turns {losses}")
+    for turn in sample.turns:
+        for part in turn.parts:
+            if part.type == "text" and any(p in (part.text or "") for p in PLACEHOLDERS.values()):
+                raise DataError(sample.id, "text already contains a <video>/<image> placeholder")
+
+
+def export_samples(
+    samples: Iterable[Sample],
+    out_dir: str | Path,
+    fmt: str,
+    *,
+    name: str | None = None,
+    system: str | None = DEFAULT_SYSTEM,
+    clip_fps: float | None = 4.0,
+    clip_max_side: int = 640,
+) -> ExportResult:
+    """Write ``samples`` in ``fmt`` (``llamafactory`` or ``swift``) under ``out_dir``.
+
+    Args:
+        name: the dataset's name (file name and dataset_info key); default: ``out_dir``'s name.
+        system: a system message put first; ``None``: none (the tool's template default applies).
+        clip_fps, clip_max_side: how trimmed span clips are written (see the module docstring).
+
+    Returns:
+        What was written and what was left out.
+
+    Raises:
+        SettingError: an unknown format.
+        DataError: no sample could be exported.
+    """
+    if fmt not in EXPORT_FORMATS:
+        raise SettingError(f"format must be one of {EXPORT_FORMATS}, got {fmt!r}")
+    out_dir = Path(out_dir)
+    name = name or out_dir.resolve().name
+    clips = ClipWriter(out_dir / "clips", clip_fps, clip_max_side)
+    rows, skipped = [], []
+    for sample in samples:
+        try:
+            rows.append(conversation(sample, clips, system))
+        except (DataError, DecodeError) as err:
+            skipped.append((sample.id, str(err)))
+    if not rows:
+        raise DataError(str(out_dir), f"no sample could be exported ({len(skipped)} skipped)")
+    path = (
+        _write_llamafactory(rows, out_dir, name)
+        if fmt == "llamafactory"
+        else _write_swift(rows, out_dir, name)
+    )
+    result = ExportResult(path, len(rows), skipped, clips.written)
+    _write_info(out_dir, fmt, name, result, rows)
+    return result
+
+
+def _write_llamafactory(rows: list[dict[str, Any]], out_dir: Path, name: str) -> Path:
+    path = out_dir / f"{name}.json"
+    write_json_atomic(path, rows, indent=1)
+    entry: dict[str, Any] = {
+        "file_name": path.name,
+        "formatting": "sharegpt",
+        "columns": {"messages": "messages"},
+    }
+    for kind in ("videos", "images"):
+        if any(row[kind] for row in rows):
+            entry["columns"][kind] = kind
+    entry["tags"] = {
+        "role_tag": "role",
+        "content_tag": "content",
+        "user_tag": "user",
+        "assistant_tag": "assistant",
+        "system_tag": "system",
+    }
+    info_path = out_dir / "dataset_info.json"
+    info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
+    info[name] = entry
+    write_json_atomic(info_path, info, indent=2)
+    return path
+
+
+def _write_swift(rows: list[dict[str, Any]], out_dir: Path, name: str) -> Path:
+    path = out_dir / f"{name}.jsonl"
+    # Lists only for media the dataset uses, so a video-only dataset has no empty "images" column.
+    used = [kind for kind in ("videos", "images") if any(row[kind] for row in rows)]
+    write_jsonl_atomic(
+        path, ({"id": r["id"], "messages": r["messages"], **{k: r[k] for k in used}} for r in rows)
+    )
+    return path
+
+
+def _write_info(out_dir: Path, fmt: str, name: str, result: ExportResult, rows: list[dict[str, Any]]) -> None:
+    info = {
+        "format": fmt,
+        "name": name,
+        "file": str(result.path),
+        "rows": result.rows,
+        "videos": sum(len(r["videos"]) for r in rows),
+        "images": sum(len(r["images"]) for r in rows),
+        "clips_written": result.clips,
+        "skipped": [{"id": i, "reason": r} for i, r in result.skipped],
+    }
+    write_json_atomic(out_dir / EXPORT_INFO_FILE, info, indent=2)
+    how = (
+        f"dataset_dir: {out_dir.resolve()}\ndataset: {name}\nmask_history: true  # loss on the last turn only"
+        if fmt == "llamafactory"
+        else f"--dataset {result.path.resolve()} --loss_scale last_round  # loss on the last turn only"
+    )
+    readme = (
+        f"# {name} ({fmt})\n\n{result.rows} conversations, {info['videos']} videos, {info['images']} images; "
+        f"{len(result.skipped)} samples left out (see {EXPORT_INFO_FILE}).\n\n"
+        f"Video spans that are not a whole file are trimmed clips under clips/.\n\n```\n{how}\n```\n"
+    )
+    write_text_atomic(out_dir / "README.md", readme)
+
+
+def export_dataset(dataset_dir: str | Path, out_dir: str | Path, fmt: str, **options: Any) -> ExportResult:
+    """:func:`export_samples` for an HF dataset saved by :func:`data_builders.files.save_samples`.
+
+    Raises:
+        DataError: ``dataset_dir`` is not such a dataset.
+    """
+    import datasets  # imported here: heavy
+
+    try:
+        rows = datasets.load_from_disk(str(dataset_dir))
+    except (FileNotFoundError, ValueError) as err:
+        raise DataError(str(dataset_dir), f"not a saved HF dataset: {err}") from None
+    if not isinstance(rows, datasets.Dataset) or "messages" not in rows.column_names:
+        raise DataError(str(dataset_dir), "expected a dataset of Sample rows (with a 'messages' column)")
+    return export_samples((Sample.from_row(row) for row in rows), out_dir, fmt, **options)

@@ -1,0 +1,452 @@
+"""Quality control of multiple-choice rows in the V2P release format, as V2P-Bench built its data.
+
+Steps, in the order :func:`run_qc` applies them; each returns a :class:`QcStep` saying what it kept
+and what it removed, by id and with a reason, for ``stats.md`` and ``build_info.json``:
+
+1. ``option_length`` — drop a question whose options differ too much in length (a long right answer
+   is a give-away). Lengths are counted in characters, each at least ``option_length_floor``
+   (default 8), so short words ("up", "3", "red") never trip it; the question goes when the longest
+   is more than ``option_length_ratio`` (default 2.5) times the shortest. ``None`` turns it off.
+2. ``blind`` — a text-only model answers each question ``rounds`` times (default 2) without the
+   video or the frame; a question it gets right every round is answerable from the words alone
+   and is dropped. Round ``r`` shows the options rotated by ``r`` places, so greedy decoding still
+   asks two different questions and a model that always says "A" cannot pass. A reply with no
+   option letter counts as wrong. Backends: ``none``, ``local`` (a Hugging Face model directory,
+   causal LM or a VLM used text-only) and ``endpoint`` (OpenAI-compatible ``/chat/completions``).
+3. ``shuffle`` — option order shuffled.
+4. ``letters`` — answer letters balanced (each row takes the least used letter it can; rows with
+   fewer options go first), which puts every letter within 3 points of uniform whenever the mix
+   of option counts allows it; the report gives the shares and the largest deviation.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from data_builders.errors import SettingError
+from data_builders.v2p_format import parse_options, render_question
+
+BLIND_BACKENDS = ("none", "local", "endpoint")
+_IDS_IN_STATS = 20  # removed ids listed in stats.md per step; build_info.json has them all
+
+
+@dataclass
+class QcConfig:
+    """Quality-control settings (``builder.qc.*`` on the command line)."""
+
+    blind: str = "none"  # none | local | endpoint
+    model: str | None = None  # local: model directory; endpoint: the served model name
+    base_url: str | None = None  # endpoint: e.g. http://localhost:8000/v1
+    api_key_env: str = "OPENAI_API_KEY"  # endpoint: variable holding the key; unset: no header
+    rounds: int = 2
+    temperature: float = 0.0  # 0: greedy
+    rotate_options: bool = True  # round r shows the options rotated by r places
+    max_retries: int = 3  # endpoint: retries after the first try (timeouts, 429, 5xx)
+    timeout_s: float = 60.0
+    option_length_ratio: float | None = 2.5  # None: no option-length rule
+    option_length_floor: int = 8
+    shuffle_options: bool = True
+    balance_letters: bool = True
+
+
+@dataclass
+class QcStep:
+    """What one step did: the rows it kept and ``(id, reason)`` for each row it removed."""
+
+    name: str
+    kept: list[dict[str, Any]]
+    removed: list[tuple[str, str]] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def report(self) -> dict[str, Any]:
+        """The machine-readable record for ``build_info.json`` (all removed ids and reasons)."""
+        removed = [{"id": i, "reason": r} for i, r in self.removed]
+        return {"step": self.name, "kept": len(self.kept), "removed": removed, **self.info}
+
+
+# --- text-only models -------------------------------------------------------------------------
+
+
+class TextModelError(SettingError):
+    """The text model could not answer (endpoint down, bad reply, missing model).
+
+    A :class:`SettingError` so the command line reports it in one line: the fix is in the QC settings.
+    """
+
+
+class TextModel(Protocol):
+    """A text-only model: the reply to one prompt. ``seed`` varies sampled rounds reproducibly."""
+
+    identity: str
+
+    def answer(self, prompt: str, *, seed: int) -> str: ...
+
+
+class EndpointTextModel:
+    """An OpenAI-compatible ``/chat/completions`` endpoint (vLLM, SGLang, hosted APIs), standard library only.
+
+    Timeouts, connection errors and HTTP 429/5xx are retried ``max_retries`` times with backoff
+    ``backoff_s * 2**k`` (at most 30 s); other HTTP errors fail at once.
+
+    Args:
+        base_url: e.g. ``http://localhost:8000/v1``.
+        model: the served model name.
+        api_key_env: environment variable with the key; unset or empty: no Authorization header.
+        temperature, max_tokens, timeout_s, max_retries, backoff_s: request settings.
+        sleep: the sleep function (tests replace it).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key_env: str = "OPENAI_API_KEY",
+        temperature: float = 0.0,
+        max_tokens: int = 16,
+        timeout_s: float = 60.0,
+        max_retries: int = 3,
+        backoff_s: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        if not base_url.startswith(("http://", "https://")):
+            raise SettingError(f"qc.base_url must start with http:// or https://, got {base_url!r}")
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model, self.api_key_env = model, api_key_env
+        self.temperature, self.max_tokens = temperature, max_tokens
+        self.timeout_s, self.max_retries, self.backoff_s = timeout_s, max(0, max_retries), backoff_s
+        self._sleep = sleep
+        self.identity = f"endpoint:{model}|temperature={temperature}"
+
+    def answer(self, prompt: str, *, seed: int) -> str:
+        body = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "seed": seed,
+        }
+        data, last = json.dumps(body).encode(), ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                self._sleep(min(30.0, self.backoff_s * 2 ** (attempt - 1)))
+            try:
+                return self._post(data)
+            except _Retry as err:
+                last = str(err)
+        raise TextModelError(f"{self.url}: {self.max_retries + 1} tries failed; last: {last}")
+
+    def _post(self, data: bytes) -> str:
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as err:  # before URLError, of which it is a subclass
+            if err.code == 429 or err.code >= 500:
+                raise _Retry(f"HTTP {err.code}") from err
+            raise TextModelError(f"{self.url}: HTTP {err.code}") from err
+        except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as err:
+            raise _Retry(f"{type(err).__name__}: {err}") from err
+        try:
+            content = json.loads(raw)["choices"][0]["message"].get("content")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as err:
+            raise TextModelError(f"{self.url}: unexpected reply {raw[:200]!r}") from err
+        return content if isinstance(content, str) else ""
+
+
+class _Retry(Exception):
+    """A failure worth another try."""
+
+
+class LocalTextModel:
+    """A local Hugging Face model answering from text only: a causal LM, or a VLM given no images.
+
+    Loaded on first use. With ``temperature`` 0 decoding is greedy; otherwise it samples, seeded by
+    the round, so a rerun gives the same answers.
+    """
+
+    def __init__(
+        self, path: str, *, temperature: float = 0.0, max_new_tokens: int = 16, device: str | None = None
+    ):
+        self.path, self.temperature, self.max_new_tokens, self.device = (
+            path,
+            temperature,
+            max_new_tokens,
+            device,
+        )
+        self.identity = f"local:{path}|temperature={temperature}"
+        self._model = self._tokenizer = None
+
+    def _load(self) -> None:
+        import torch
+        import transformers as tf
+
+        try:
+            self._tokenizer = tf.AutoTokenizer.from_pretrained(self.path)
+        except (OSError, ValueError) as err:
+            raise TextModelError(f"cannot load a tokenizer from {self.path}: {err}") from err
+        try:
+            model = tf.AutoModelForCausalLM.from_pretrained(self.path)
+        except ValueError:  # a VLM config (Qwen2.5-VL ...) has no causal-LM mapping: use it text-only
+            model = tf.AutoModelForImageTextToText.from_pretrained(self.path)
+        except OSError as err:
+            raise TextModelError(f"cannot load a model from {self.path}: {err}") from err
+        self.device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self._model = model.to(self.device).eval()
+
+    def answer(self, prompt: str, *, seed: int) -> str:
+        import torch
+
+        if self._model is None:
+            self._load()
+        tok = self._tokenizer
+        if getattr(tok, "chat_template", None):
+            text = tok.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+        else:
+            text = prompt + "\n"
+        inputs = tok(text, return_tensors="pt", add_special_tokens=False).to(self.device)
+        sample = self.temperature > 0
+        if sample:
+            torch.manual_seed(seed)
+        kwargs = {"do_sample": sample, "max_new_tokens": self.max_new_tokens}
+        if sample:
+            kwargs["temperature"] = self.temperature
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        with torch.no_grad():
+            out = self._model.generate(**inputs, pad_token_id=pad, **kwargs)
+        return tok.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+def make_text_model(config: QcConfig) -> TextModel | None:
+    """The blind filter's model for ``config.blind``; ``None`` for ``"none"``.
+
+    Raises:
+        SettingError: an unknown backend, or a setting the backend needs is missing.
+    """
+    if config.blind not in BLIND_BACKENDS:
+        raise SettingError(f"qc.blind must be one of {BLIND_BACKENDS}, got {config.blind!r}")
+    if config.blind == "none":
+        return None
+    if not config.model:
+        raise SettingError(f"qc.blind={config.blind} needs qc.model (a model directory or served name)")
+    if config.blind == "local":
+        return LocalTextModel(config.model, temperature=config.temperature)
+    if not config.base_url:
+        raise SettingError("qc.blind=endpoint needs qc.base_url, e.g. http://localhost:8000/v1")
+    return EndpointTextModel(
+        config.base_url,
+        config.model,
+        api_key_env=config.api_key_env,
+        temperature=config.temperature,
+        timeout_s=config.timeout_s,
+        max_retries=config.max_retries,
+    )
+
+
+# --- the steps --------------------------------------------------------------------------------
+
+
+def option_length_filter(rows: list[dict[str, Any]], max_ratio: float | None, floor: int = 8) -> QcStep:
+    """Drop rows whose longest option is more than ``max_ratio`` times the shortest (lengths >= ``floor``)."""
+    if max_ratio is None:
+        return QcStep("option_length", list(rows), info={"skipped": True})
+    kept, removed = [], []
+    for row in rows:
+        lengths = [max(floor, len(o)) for o in parse_options(row["question"])[1]]
+        ratio = max(lengths) / min(lengths)
+        if ratio > max_ratio:
+            removed.append((str(row["id"]), f"option lengths ratio {ratio:.2f} > {max_ratio}"))
+        else:
+            kept.append(row)
+    return QcStep("option_length", kept, removed, {"max_ratio": max_ratio, "floor": floor})
+
+
+def first_letter(reply: str, n_options: int) -> int | None:
+    """The index of the first standalone option letter (A, B, ...) in a reply, or None."""
+    letters = "".join(chr(ord("A") + i) for i in range(n_options))
+    match = re.search(rf"(?<![A-Za-z])([{letters}])(?![A-Za-z])", reply.strip())
+    return ord(match.group(1)) - ord("A") if match else None
+
+
+def blind_filter(
+    rows: list[dict[str, Any]], model: TextModel | None, *, rounds: int = 2, rotate: bool = True
+) -> QcStep:
+    """Drop rows a text-only model answers right in every round (see the module docstring).
+
+    A row the model could not be asked about (:class:`TextModelError`) is kept and listed as
+    unjudged. When the first three rows all fail, the model is taken to be unreachable.
+
+    Raises:
+        TextModelError: the model failed on the first three rows.
+    """
+    if model is None:
+        return QcStep("blind", list(rows), info={"backend": "none", "skipped": True})
+    if rounds < 1:
+        raise SettingError(f"qc.rounds must be at least 1, got {rounds}")
+    kept, removed, unjudged, correct_rounds = [], [], [], Counter()
+    for i, row in enumerate(rows):
+        try:
+            letters = _blind_answers(row, model, rounds, rotate)
+        except TextModelError as err:
+            if len(unjudged) == i == 2:
+                raise TextModelError(f"blind filter: the first 3 questions failed; last: {err}") from err
+            unjudged.append(str(row["id"]))
+            kept.append(row)
+            continue
+        right = sum(ok for _, ok in letters)
+        correct_rounds[right] += 1
+        if right == rounds:
+            shown = ", ".join(letter for letter, _ in letters)
+            removed.append((str(row["id"]), f"answered without video in {rounds}/{rounds} rounds ({shown})"))
+        else:
+            kept.append(row)
+    info = {
+        "backend": model.identity,
+        "rounds": rounds,
+        "rotate_options": rotate,
+        "unjudged": unjudged,
+        "right_rounds": {str(k): v for k, v in sorted(correct_rounds.items())},
+    }
+    return QcStep("blind", kept, removed, info)
+
+
+def _blind_answers(
+    row: dict[str, Any], model: TextModel, rounds: int, rotate: bool
+) -> list[tuple[str, bool]]:
+    """Per round: the letter the model gave (``?`` for none) and whether it is right."""
+    stem, options = parse_options(row["question"])
+    correct = options[ord(row["answer"]) - ord("A")]
+    results = []
+    for r in range(rounds):
+        shift = r % len(options) if rotate else 0
+        shown = options[shift:] + options[:shift]
+        index = first_letter(model.answer(render_question(stem, shown), seed=r), len(shown))
+        letter = "?" if index is None else chr(ord("A") + index)
+        results.append((letter, index is not None and shown[index] == correct))
+    return results
+
+
+def shuffle_options(rows: list[dict[str, Any]], rng: np.random.Generator) -> QcStep:
+    """Shuffle each row's options (in place); the answer letter follows the right option."""
+    for row in rows:
+        stem, options = parse_options(row["question"])
+        correct = options[ord(row["answer"]) - ord("A")]
+        options = [options[i] for i in rng.permutation(len(options))]
+        row["question"], row["answer"] = (
+            render_question(stem, options),
+            chr(ord("A") + options.index(correct)),
+        )
+    return QcStep("shuffle", rows)
+
+
+def balance_answer_letters(rows: list[dict[str, Any]], rng: np.random.Generator) -> None:
+    """Move each row's answer so letters are used about equally (in place).
+
+    Rows with fewer options go first (they cannot use the late letters); each then takes the least
+    used letter it can, ties broken at random, keeping the order of its other options.
+    """
+    counts: Counter[str] = Counter()
+    parsed = [parse_options(row["question"]) for row in rows]
+    order = sorted(range(len(rows)), key=lambda i: (len(parsed[i][1]), rng.random()))
+    for i in order:
+        stem, options = parsed[i]
+        correct = options.pop(ord(rows[i]["answer"]) - ord("A"))
+        letters = [chr(ord("A") + j) for j in range(len(options) + 1)]
+        fewest = min(counts[letter] for letter in letters)
+        letter = str(rng.choice([x for x in letters if counts[x] == fewest]))
+        options.insert(ord(letter) - ord("A"), correct)
+        rows[i]["question"], rows[i]["answer"] = render_question(stem, options), letter
+        counts[letter] += 1
+
+
+def letter_shares(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Share of rows per answer letter, over the letters the rows' options allow."""
+    most = max((len(parse_options(r["question"])[1]) for r in rows), default=0)
+    counts = Counter(r["answer"] for r in rows)
+    return {chr(ord("A") + i): counts[chr(ord("A") + i)] / max(1, len(rows)) for i in range(most)}
+
+
+def balance_step(rows: list[dict[str, Any]], rng: np.random.Generator) -> QcStep:
+    """:func:`balance_answer_letters`, reporting the shares before and after."""
+    before = letter_shares(rows)
+    balance_answer_letters(rows, rng)
+    after = letter_shares(rows)
+    deviation = max((abs(s - 1 / len(after)) for s in after.values()), default=0.0)
+    info = {
+        "shares_before": _rounded(before),
+        "shares": _rounded(after),
+        "max_deviation_points": round(100 * deviation, 2),
+        "within_3_points": deviation <= 0.03,
+    }
+    return QcStep("letters", rows, info=info)
+
+
+def _rounded(shares: dict[str, float]) -> dict[str, float]:
+    return {k: round(v, 4) for k, v in shares.items()}
+
+
+def run_qc(
+    rows: list[dict[str, Any]], config: QcConfig, rng: np.random.Generator, model: TextModel | None = None
+) -> tuple[list[dict[str, Any]], list[QcStep]]:
+    """Every step in order; ``model`` overrides the one ``config.blind`` names (tests pass a fake).
+
+    Returns:
+        The kept rows (options shuffled and letters balanced as configured) and each step's record.
+    """
+    if model is None:
+        model = make_text_model(config)
+    steps = [option_length_filter(rows, config.option_length_ratio, config.option_length_floor)]
+    steps.append(blind_filter(steps[-1].kept, model, rounds=config.rounds, rotate=config.rotate_options))
+    kept = steps[-1].kept
+    if config.shuffle_options:
+        steps.append(shuffle_options(kept, rng))
+    if config.balance_letters:
+        steps.append(balance_step(kept, rng))
+    return kept, steps
+
+
+def qc_markdown(steps: Sequence[QcStep]) -> str:
+    """The ``stats.md`` section: one line per step with its counts, then up to 20 removed ids each."""
+    lines = ["## Quality control", "", "| step | kept | removed | notes |", "|---|---|---|---|"]
+    for step in steps:
+        lines.append(f"| {step.name} | {len(step.kept)} | {len(step.removed)} | {_notes(step)} |")
+    for step in steps:
+        if step.removed:
+            shown = ", ".join(f"{i} ({reason})" for i, reason in step.removed[:_IDS_IN_STATS])
+            more = len(step.removed) - _IDS_IN_STATS
+            tail = f" … and {more} more (all in build_info.json)" if more > 0 else ""
+            lines.append(f"\nRemoved by {step.name}: {shown}{tail}")
+    return "\n".join(lines) + "\n"
+
+
+def _notes(step: QcStep) -> str:
+    info = step.info
+    if info.get("skipped"):
+        return "skipped"
+    if step.name == "blind":
+        return f"{info['backend']}, {info['rounds']} rounds, {len(info['unjudged'])} unjudged"
+    if step.name == "option_length":
+        return f"max ratio {info['max_ratio']}, floor {info['floor']} chars"
+    if step.name == "letters":
+        shares = ", ".join(f"{k} {100 * v:.1f}%" for k, v in info["shares"].items())
+        flag = "" if info["within_3_points"] else " (NOT within ±3 points: too few rows with 4 options)"
+        return f"{shares}; max deviation {info['max_deviation_points']} points{flag}"
+    return ""

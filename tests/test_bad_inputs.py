@@ -1,0 +1,220 @@
+"""The catalogue of bad inputs: each case names what is wrong (file, row, field) or is quarantined and
+counted, never dropped silently. The loaders' own test files go deeper; this one is the overview."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra.errors import ConfigCompositionException
+from test_configs import _compose
+from test_ovi_format import _mcq as ovi_mcq
+from test_ovi_format import _row as ovi_row
+from test_ovi_format import root as ovi_root  # noqa: F401  (fixture: an OVIBench root with its video)
+from test_quickstart import small_quickstart
+from test_v2p_format import _question
+from test_v2p_format import _row as v2p_row
+from test_v2p_format import _write as write_v2p
+from test_v2p_format import release as v2p_release  # noqa: F401  (fixture: a V2P release with its files)
+
+from data_builders.errors import DataErrors, DecodeError
+from data_builders.media import MediaSpec, decode_span
+from data_builders.ovi_format import load_ovibench
+from data_builders.sources.activitynet import load_activitynet_captions
+from data_builders.v2p_format import load_v2p_release
+from data_builders.video_io import write_mp4
+
+# ---------------------------------------------------------------------------------------------------
+# Videos: every decode failure names the file and why.
+
+
+def _good_mp4(path: Path) -> Path:
+    write_mp4(path, np.zeros((16, 56, 56, 3), np.uint8), fps=8.0)
+    return path
+
+
+def _zero_byte(tmp_path: Path) -> Path:
+    (tmp_path / "empty.mp4").write_bytes(b"")
+    return tmp_path / "empty.mp4"
+
+
+def _truncated(tmp_path: Path) -> Path:
+    data = _good_mp4(tmp_path / "whole.mp4").read_bytes()
+    (tmp_path / "cut.mp4").write_bytes(data[: len(data) // 3])
+    return tmp_path / "cut.mp4"
+
+
+def _missing(tmp_path: Path) -> Path:
+    return tmp_path / "nowhere.mp4"
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        pytest.param(
+            _zero_byte, r"empty\.mp4: cannot decode video: file is empty \(0 bytes\)", id="zero-byte-mp4"
+        ),
+        pytest.param(_truncated, r"cut\.mp4: cannot decode video: \w+", id="truncated-mp4"),
+        pytest.param(_missing, r"nowhere\.mp4: cannot decode video: file not found", id="missing-video"),
+    ],
+)
+def test_bad_video(tmp_path, make, message):
+    with pytest.raises(DecodeError, match=message):
+        decode_span(make(tmp_path), 0.0, 2.0, MediaSpec(num_frames=4))
+
+
+# ---------------------------------------------------------------------------------------------------
+# V2P-Bench release rows (dataset_info.jsonl): row 1 is good, row 2 is the bad one.
+
+
+@pytest.mark.parametrize(
+    "bad_row, message",
+    [
+        pytest.param('{"video_id": "vid1", "dura', "row 2: malformed JSON", id="truncated-jsonl-line"),
+        pytest.param(
+            v2p_row(duration="12"), "row 2, field 'duration': expected int or float", id="duration-str"
+        ),
+        pytest.param(
+            v2p_row(answer="D", question=_question("Q?", ["a", "b", "c"])),
+            "row 2, field 'answer': 'D' is not among options",
+            id="answer-not-an-option",
+        ),
+        pytest.param(
+            v2p_row(dimension=8), "row 2, field 'dimension': unknown dimension id 8", id="unknown-dim"
+        ),
+        pytest.param(
+            v2p_row(video_path="NExTVideo/gone.mp4"),
+            "row 2, field 'video_path': file not found: videos/NExTVideo/gone.mp4",
+            id="missing-video-file",
+        ),
+    ],
+)
+def test_bad_v2p_row(v2p_release, bad_row, message):  # noqa: F811
+    write_v2p(v2p_release, [v2p_row(), bad_row])
+    with pytest.raises(DataErrors) as caught:
+        load_v2p_release(v2p_release)
+    assert "dataset_info.jsonl" in str(caught.value)
+    assert [p for p in caught.value.problems if message in p], caught.value.problems
+    assert len(caught.value.problems) == 1, caught.value.problems
+
+
+# ---------------------------------------------------------------------------------------------------
+# OVIBench rows (ovibench.jsonl, a 10 s video): row 1 is good, row 2 is the bad one.
+
+
+@pytest.mark.parametrize(
+    "bad_row, message",
+    [
+        pytest.param(ovi_row(duration="10"), "row 2, field 'duration': expected a number", id="duration-str"),
+        pytest.param(
+            ovi_mcq(answer_letter="E"),
+            "row 2, field 'answer_letter': 'E' is not among options A, B, C, D",
+            id="answer-not-an-option",
+        ),
+        pytest.param(
+            ovi_row(interruption_time=11.0),
+            "row 2, field 'interruption_time': 11.0 outside the video [0, 10.0]",
+            id="time-beyond-duration",
+        ),
+        pytest.param(
+            ovi_row(question_time=-1.0),
+            "row 2, field 'question_time': -1.0 outside the video",
+            id="negative-time",
+        ),
+        pytest.param(
+            ovi_row(segment=[4.0, 1.0]),
+            "row 2, field 'segment': [4.0, 1.0] is negative, reversed or beyond 10.0",
+            id="reversed-segment",
+        ),
+        pytest.param(
+            ovi_row(segment=[-2.0, 4.0]),
+            "row 2, field 'segment': [-2.0, 4.0] is negative",
+            id="negative-segment",
+        ),
+        pytest.param(
+            ovi_row(segment=[1.0, 12.0]),
+            "row 2, field 'segment': [1.0, 12.0] is negative, reversed or beyond 10.0",
+            id="segment-beyond-duration",
+        ),
+    ],
+)
+def test_bad_ovibench_row(ovi_root, bad_row, message):  # noqa: F811
+    lines = [json.dumps(ovi_row(id="good")), json.dumps({**bad_row, "id": "bad"})]
+    (ovi_root / "ovibench.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataErrors) as caught:
+        load_ovibench(ovi_root)
+    assert "ovibench.jsonl" in str(caught.value)
+    assert [p for p in caught.value.problems if message in p], caught.value.problems
+
+
+# ---------------------------------------------------------------------------------------------------
+# ActivityNet captions: a bad segment is quarantined with its reason; the video's other captions stay.
+
+
+@pytest.mark.parametrize(
+    "stamp, reason",
+    [
+        pytest.param([-1.0, 3.0], "v_a[1]: negative start -1.0", id="negative-start"),
+        pytest.param([5.0, 2.0], "v_a[1]: empty or reversed segment [5.0, 2.0]", id="reversed"),
+        pytest.param([2.0, 14.5], "v_a[1]: segment end 14.5 beyond the duration 12.0", id="beyond-duration"),
+    ],
+)
+def test_bad_activitynet_segment_is_quarantined(tmp_path, stamp, reason):
+    captions = {"v_a": {"duration": 12.0, "timestamps": [[0, 4], stamp], "sentences": ["A runs.", "B sits."]}}
+    path = tmp_path / "captions.json"
+    path.write_text(json.dumps(captions))
+    (video,), quarantined = load_activitynet_captions(path)
+    assert quarantined == [reason]
+    assert [c.index for c in video.captions] == [0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Configuration
+
+
+def test_misspelt_override_fails_at_compose_time_naming_the_key():
+    with pytest.raises(ConfigCompositionException, match=r"Could not override 'trainer\.max_step'") as caught:
+        _compose(["+exp=quickstart", "trainer.max_step=3"])
+    assert "Key 'max_step' not in 'TrainerConfig'" in str(caught.value.__cause__)  # Hydra prints both
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training: a corrupt video is quarantined, listed and counted; training goes on without its samples.
+
+
+def _videos(sample) -> set[str]:
+    return {part.path for turn in sample.turns for part in turn.parts if part.type == "video"}
+
+
+@pytest.mark.slow
+def test_corrupt_training_video_is_quarantined_and_training_goes_on(tmp_path):
+    from data_builders.build import build_synthetic
+    from train.data import load_samples, quarantine_counts
+    from train.recipe import run
+
+    cfg = small_quickstart(
+        tmp_path,
+        "eval=none",
+        "logger=none",
+        "trainer.max_steps=2",
+        "trainer.save_steps=2",
+        "trainer.batch_size=2",
+    )
+    paths = build_synthetic(cfg.data.synthetic)  # the run reuses this build (same config)
+    samples = load_samples([str(paths.v2p_sft), str(paths.ovi_train)])
+    broken = Path(sorted(_videos(samples[0]))[0])
+    broken.unlink()  # it may be a hard link shared with another build
+    broken.write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"not a video" * 20)
+    users = {s.id for s in samples if str(broken) in _videos(s)}
+
+    run(cfg)
+
+    listed = json.loads((Path(cfg.run_dir) / "quarantine_train.json").read_text())
+    assert {entry["id"] for entry in listed} == users and {entry["file"] for entry in listed} == {str(broken)}
+    assert sum(quarantine_counts(listed).values()) == len(users) < len(samples)
+    state = json.loads(
+        (Path(cfg.run_dir) / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text()
+    )
+    assert state["global_step"] == 2 and (Path(cfg.run_dir) / "final").is_dir()

@@ -1,0 +1,150 @@
+"""Exports for LLaMA-Factory and ms-swift: structure, placeholders vs media, trimmed OVI span clips."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from data_builders.errors import SettingError
+from data_builders.export import export_dataset
+from data_builders.files import save_samples
+from data_builders.sample import Part, Sample, Turn
+from data_builders.video_io import read_all_frames, write_mp4
+
+FPS, SECONDS = 8.0, 10
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A V2P-like sample (whole video + VP frame), an OVI-like one (two spans), and two bad ones."""
+    root = tmp_path_factory.mktemp("data")
+    frames = np.zeros((int(FPS * SECONDS), 48, 64, 3), dtype=np.uint8)
+    frames[:, :, :, 0] = np.arange(len(frames))[:, None, None] * 3  # red grows with time: a clock
+    video = root / "videos" / "v.mp4"
+    write_mp4(video, frames, FPS)
+    Image.fromarray(frames[5]).save(root / "vp.jpg")
+    v2p = Sample(
+        "v2p_1",
+        "v2p",
+        [
+            Turn(
+                "user",
+                [
+                    Part.video(str(video), 0.0, SECONDS),
+                    Part.txt("What is marked?\nA: x\nB: y"),
+                    Part.image(str(root / "vp.jpg")),
+                ],
+            ),
+            Turn("assistant", [Part.txt("A")], loss=True),
+        ],
+        "synthetic",
+        "v",
+        (0.0, SECONDS),
+    )
+    ovi = Sample(
+        "ovi_1",
+        "ovi",
+        [
+            Turn("user", [Part.video(str(video), 0.0, 4.0), Part.txt("What happens?")]),
+            Turn("assistant", [Part.txt("A red square moves")], loss=False),
+            Turn("user", [Part.video(str(video), 4.0, 6.0), Part.txt("Stop, never mind.")]),
+            Turn("assistant", [Part.txt("Okay, I'll stop here.")], loss=True),
+        ],
+        "synthetic",
+        "v",
+        (0.0, 6.0),
+    )
+    loss_early = Sample(
+        "bad_loss",
+        "ovi",
+        [*ovi.turns[:1], Turn("assistant", [Part.txt("x")], loss=True), *ovi.turns[2:]],
+        "s",
+        "v",
+        (0, 1),
+    )
+    tagged = Sample(
+        "bad_tag", "v2p", [Turn("user", [Part.txt("<image> what?")]), v2p.turns[1]], "s", "v", (0, 1)
+    )
+    save_samples([v2p, ovi, loss_early, tagged], root / "hf")
+    return root / "hf"
+
+
+def _check_placeholders(row: dict) -> None:
+    text = "".join(m["content"] for m in row["messages"])
+    assert text.count("<video>") == len(row.get("videos", [])) and text.count("<image>") == len(
+        row.get("images", [])
+    )
+
+
+def _duration(path: str) -> float:
+    import decord
+
+    reader = decord.VideoReader(path)
+    return len(reader) / reader.get_avg_fps()
+
+
+def test_llamafactory_export(hf_dir: Path, tmp_path: Path):
+    result = export_dataset(hf_dir, tmp_path / "lf", "llamafactory", name="vp_demo")
+    rows = json.loads((tmp_path / "lf" / "vp_demo.json").read_text())
+    assert [r["id"] for r in rows] == ["v2p_1", "ovi_1"] and result.rows == 2
+    for row in rows:
+        _check_placeholders(row)
+        assert [m["role"] for m in row["messages"]][:2] == ["system", "user"]
+    v2p, ovi = rows
+    assert v2p["messages"][1]["content"] == "<video>What is marked?\nA: x\nB: y<image>"  # the adapter's order
+    assert v2p["videos"] == [str((hf_dir.parent / "videos" / "v.mp4").resolve())]  # a whole file: itself
+    assert v2p["images"] == [str((hf_dir.parent / "vp.jpg").resolve())]
+    # OVI: each span is its own trimmed clip of the span's length.
+    assert len(ovi["videos"]) == 2 and all("/clips/" in v for v in ovi["videos"])
+    assert [round(_duration(v), 1) for v in ovi["videos"]] == [4.0, 2.0] and result.clips == 2
+    clock = (
+        read_all_frames(ovi["videos"][1])[:, :, :, 0].mean(axis=(1, 2)) / 3 / FPS
+    )  # seconds into the source
+    assert abs(clock[0] - 4.1) < 0.3 and abs(clock[-1] - 5.9) < 0.3
+    assert ovi["messages"][3]["content"] == "<video>Stop, never mind."
+    entry = json.loads((tmp_path / "lf" / "dataset_info.json").read_text())["vp_demo"]
+    assert entry["file_name"] == "vp_demo.json" and entry["formatting"] == "sharegpt"
+    assert entry["columns"] == {"messages": "messages", "videos": "videos", "images": "images"}
+    assert entry["tags"]["role_tag"] == "role" and entry["tags"]["assistant_tag"] == "assistant"
+    info = json.loads((tmp_path / "lf" / "export_info.json").read_text())
+    reasons = {s["id"]: s["reason"] for s in info["skipped"]}
+    assert set(reasons) == {"bad_loss", "bad_tag"} and "final assistant turn" in reasons["bad_loss"]
+    assert "mask_history: true" in (tmp_path / "lf" / "README.md").read_text()
+    # A second export into the same folder adds its entry and keeps the first.
+    export_dataset(hf_dir, tmp_path / "lf", "llamafactory", name="other", system=None)
+    assert set(json.loads((tmp_path / "lf" / "dataset_info.json").read_text())) == {"vp_demo", "other"}
+
+
+def test_swift_export(hf_dir: Path, tmp_path: Path):
+    export_dataset(hf_dir, tmp_path / "sw", "swift", system=None)
+    lines = (tmp_path / "sw" / "sw.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert len(rows) == 2 and all(set(r) == {"id", "messages", "videos", "images"} for r in rows)
+    for row in rows:
+        _check_placeholders(row)
+        assert row["messages"][0]["role"] == "user"  # no system message asked for
+    assert "--loss_scale last_round" in (tmp_path / "sw" / "README.md").read_text()
+
+
+def test_unknown_format_is_a_setting_error(hf_dir: Path, tmp_path: Path):
+    with pytest.raises(SettingError, match="llamafactory"):
+        export_dataset(hf_dir, tmp_path / "x", "axolotl")
+
+
+def test_export_cli(hf_dir: Path, tmp_path: Path):
+    command = [sys.executable, "-m", "data_builders", "builder=export", f"builder.dataset={hf_dir}"]
+    done = subprocess.run(
+        [*command, "builder.format=swift", "builder.out=out"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "out.jsonl").is_file() and "2 rows, 2 left out" in done.stdout
+    bad = subprocess.run(
+        [*command, "builder.format=csv", "builder.out=out"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("error: format must be one of")

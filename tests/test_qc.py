@@ -1,0 +1,290 @@
+"""Quality control: option-length rule, blind filter (fake, endpoint, local model), shuffling, letters."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from data_builders.errors import SettingError
+from data_builders.qc import (
+    EndpointTextModel,
+    QcConfig,
+    TextModelError,
+    balance_step,
+    blind_filter,
+    first_letter,
+    make_text_model,
+    option_length_filter,
+    qc_markdown,
+    run_qc,
+    shuffle_options,
+)
+from data_builders.v2p_format import parse_options, render_question
+
+
+def _row(qid: str, stem: str, options: list[str], answer: int = 0) -> dict:
+    return {"id": qid, "question": render_question(stem, options), "answer": "ABCD"[answer]}
+
+
+def _answer_text(row: dict) -> str:
+    return parse_options(row["question"])[1][ord(row["answer"]) - ord("A")]
+
+
+def _letter_of(prompt: str, text: str) -> str:
+    """The letter the prompt shows ``text`` under (the model "knows" the answer)."""
+    options = parse_options(prompt)[1]
+    return "ABCD"[options.index(text)] if text in options else "A"
+
+
+class KnowsSome:
+    """A fake text model: right about questions whose stem has "easy", "A" otherwise."""
+
+    identity = "fake:knows-some"
+
+    def __init__(self, answers: dict[str, str]):
+        self.answers, self.calls = answers, 0
+
+    def answer(self, prompt: str, *, seed: int) -> str:
+        self.calls += 1
+        stem = parse_options(prompt)[0]
+        return f"Answer: {_letter_of(prompt, self.answers[stem])}" if "easy" in stem else "A"
+
+
+ROWS = [
+    _row("q0", "An easy one?", ["red", "blue", "green"], 1),
+    _row("q1", "A hard one?", ["left", "right", "up", "down"], 0),
+    _row("q2", "Another easy one?", ["1", "2", "3", "4"], 3),
+    _row("q3", "A hard two?", ["before", "after"], 1),
+]
+ANSWERS = {parse_options(r["question"])[0]: _answer_text(r) for r in ROWS}
+
+
+def test_option_length_rule_reports_removed_ids_and_ratio():
+    rows = [
+        _row("short", "Q?", ["up", "down", "left", "right"]),
+        _row("giveaway", "Q?", ["It moves to the left, then stops near the edge", "no", "yes"]),
+        _row("similar", "Q?", ["It stays in sight until the end", "It goes out of sight and is not seen"]),
+    ]
+    step = option_length_filter(rows, max_ratio=2.5, floor=8)
+    assert [r["id"] for r in step.kept] == ["short", "similar"]
+    ((qid, reason),) = step.removed
+    assert qid == "giveaway" and "ratio 5.75 > 2.5" in reason
+    assert option_length_filter(rows, None).kept == rows
+
+
+@pytest.mark.parametrize(
+    ("reply", "n", "index"),
+    [
+        ("B", 4, 1),
+        ("Answer: C.", 4, 2),
+        ("(D) down", 4, 3),
+        ("I think B", 4, 1),
+        ("D", 3, None),
+        ("none", 4, None),
+    ],
+)
+def test_first_letter(reply: str, n: int, index: int | None):
+    assert first_letter(reply, n) == index
+
+
+def test_blind_filter_drops_what_text_alone_answers_every_round():
+    model = KnowsSome(ANSWERS)
+    step = blind_filter(ROWS, model, rounds=2)
+    assert [r["id"] for r in step.kept] == ["q1", "q3"]
+    assert [i for i, _ in step.removed] == ["q0", "q2"]
+    assert "2/2 rounds" in step.removed[0][1] and model.calls == 8
+    # "A" is right in one round only for q1 and q3: rotation moves the right option's letter.
+    assert step.info["right_rounds"] == {"1": 2, "2": 2}
+
+
+def test_rotation_stops_a_model_that_always_says_a():
+    class AlwaysA:
+        identity = "always-a"
+
+        def answer(self, prompt: str, *, seed: int) -> str:
+            return "A"
+
+    rows = [_row(f"q{i}", f"Q{i}?", ["x", "yy", "zzz", "w"], 0) for i in range(5)]
+    assert blind_filter(rows, AlwaysA(), rounds=2).removed == []
+    assert len(blind_filter(rows, AlwaysA(), rounds=2, rotate=False).removed) == 5
+
+
+def test_unjudged_rows_are_kept_and_listed_and_a_dead_model_fails_fast():
+    class Flaky(KnowsSome):
+        def answer(self, prompt: str, *, seed: int) -> str:
+            if "hard two" in prompt:
+                raise TextModelError("boom")
+            return super().answer(prompt, seed=seed)
+
+    step = blind_filter(ROWS, Flaky(ANSWERS))
+    assert step.info["unjudged"] == ["q3"] and "q3" in [r["id"] for r in step.kept]
+
+    class Dead:
+        identity = "dead"
+
+        def answer(self, prompt: str, *, seed: int) -> str:
+            raise TextModelError("connection refused")
+
+    with pytest.raises(TextModelError, match="first 3 questions failed"):
+        blind_filter(ROWS, Dead())
+
+
+def test_shuffle_and_balance_keep_the_right_option_and_report_shares():
+    rng = np.random.default_rng(0)
+    rows = [_row(f"q{i}", f"Q{i}?", [f"o{j}" for j in range(3 if i % 5 == 0 else 4)]) for i in range(200)]
+    shuffle_options(rows, rng)
+    assert all(_answer_text(r) == "o0" for r in rows) and len({r["answer"] for r in rows}) == 4
+    step = balance_step(rows, rng)
+    assert all(_answer_text(r) == "o0" for r in rows)
+    assert step.info["within_3_points"] and step.info["max_deviation_points"] <= 3
+    assert set(step.info["shares"]) == set("ABCD")
+
+
+def test_run_qc_reports_every_step_in_markdown():
+    rows = [dict(r) for r in ROWS]
+    kept, steps = run_qc(rows, QcConfig(), np.random.default_rng(0), KnowsSome(ANSWERS))
+    assert [s.name for s in steps] == ["option_length", "blind", "shuffle", "letters"]
+    assert [r["id"] for r in kept] == ["q1", "q3"]
+    text = qc_markdown(steps)
+    assert "| blind | 2 | 2 |" in text and "q0 (answered without video in 2/2 rounds" in text
+    assert steps[1].report()["removed"][0] == {"id": "q0", "reason": steps[1].removed[0][1]}
+
+
+def test_backend_settings_are_checked():
+    assert make_text_model(QcConfig()) is None
+    with pytest.raises(SettingError, match="qc.model"):
+        make_text_model(QcConfig(blind="endpoint", base_url="http://127.0.0.1:1/v1"))
+    with pytest.raises(SettingError, match="base_url"):
+        make_text_model(QcConfig(blind="endpoint", model="m"))
+    with pytest.raises(SettingError, match="qc.blind"):
+        make_text_model(QcConfig(blind="gpt"))
+
+
+# --- a local OpenAI-compatible server ----------------------------------------------------------
+
+
+@pytest.fixture()
+def server() -> Iterator[Callable[..., str]]:
+    """Start a chat/completions server on 127.0.0.1; ``start(reply, fail_first=0, status=503)`` -> base URL.
+
+    ``reply(prompt)`` gives the answer text; the first ``fail_first`` requests get HTTP ``status``.
+    """
+    servers = []
+
+    def start(reply: Callable[[str], str], fail_first: int = 0, status: int = 503) -> str:
+        state = {"requests": 0}
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                state["requests"] += 1
+                if state["requests"] <= fail_first:
+                    self.send_response(status)
+                    self.end_headers()
+                    return
+                content = reply(body["messages"][-1]["content"])
+                data = json.dumps(
+                    {"choices": [{"message": {"role": "assistant", "content": content}}]}
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args) -> None:  # keep test output quiet
+                pass
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        servers.append(httpd)
+        return f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+
+    yield start
+    for httpd in servers:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_endpoint_backend_retries_then_filters(server):
+    url = server(lambda prompt: KnowsSome(ANSWERS).answer(prompt, seed=0), fail_first=2)
+    sleeps = []
+    model = EndpointTextModel(url, "fake-model", max_retries=3, sleep=sleeps.append)
+    step = blind_filter(ROWS, model)
+    assert [i for i, _ in step.removed] == ["q0", "q2"] and sleeps == [1.0, 2.0]
+
+
+def test_endpoint_client_error_is_not_retried(server):
+    url = server(lambda prompt: "A", fail_first=10, status=400)
+    model = EndpointTextModel(url, "m", max_retries=3, sleep=lambda s: pytest.fail("retried a 400"))
+    with pytest.raises(TextModelError, match="HTTP 400"):
+        model.answer("Q?\nA: x\nB: y", seed=0)
+
+
+def test_vp_sft_cli_with_an_endpoint_blind_filter(server, tmp_path: Path):
+    """The whole build: a server that "knows" the answers "green" and "down" gets those questions dropped."""
+    from data_builders.synthetic_world import build_world
+
+    build_world(tmp_path / "world", 4, seed=0)
+    known = ("green", "down")
+    url = server(lambda prompt: _letter_of(prompt, next((k for k in known if k in prompt.split()), "?")))
+    command = [sys.executable, "-m", "data_builders", "builder=vp_sft", "builder.world=world"]
+    base = [*command, "builder.questions_per_video=6", "builder.shapes=[rectangle,triangle,scribble,som]"]
+    endpoint = [f"builder.qc.base_url={url}", "builder.qc.blind=endpoint", "builder.qc.model=fake"]
+    for out, extra in (("plain", []), ("blind", endpoint)):
+        done = subprocess.run(
+            [*base, f"builder.out={out}", *extra], cwd=tmp_path, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+    plain, blind = (json.loads((tmp_path / o / "build_info.json").read_text()) for o in ("plain", "blind"))
+    dropped = [r for r in _rows(tmp_path / "plain") if _answer_text(r) in known]
+    step = next(s for s in blind["qc"] if s["step"] == "blind")
+    assert dropped and sorted(r["id"] for r in step["removed"]) == sorted(r["id"] for r in dropped)
+    assert blind["questions"] == plain["questions"] - len(dropped)
+    assert not [r for r in _rows(tmp_path / "blind") if _answer_text(r) in known]
+    # Removed questions' frames are gone from the release; kept ones are there.
+    frames = tmp_path / "blind" / "v2p" / "frames"
+    assert not any((frames / r["frame_path"]).exists() for r in dropped)
+    assert all((frames / r["frame_path"]).exists() for r in _rows(tmp_path / "blind"))
+    assert "## Quality control" in (tmp_path / "blind" / "stats.md").read_text()
+    shapes = {r["prompt_shape"] for r in _rows(tmp_path / "plain")}
+    assert shapes == {"rectangle", "triangle", "scribble", "som"}
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "v2p" / "dataset_info.jsonl").read_text().splitlines()]
+
+
+def test_local_backend_answers_from_a_model_directory(tmp_path: Path):
+    """A tiny random causal LM saved to disk: the local backend loads it and returns text."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(
+        ["A B C D red blue left right Answer"] * 4, trainers.BpeTrainer(special_tokens=["<unk>"])
+    )
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<unk>")
+    config = LlamaConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
+    LlamaForCausalLM(config).save_pretrained(tmp_path / "lm")
+    tokenizer.save_pretrained(tmp_path / "lm")
+    model = make_text_model(QcConfig(blind="local", model=str(tmp_path / "lm")))
+    assert isinstance(model.answer(ROWS[0]["question"], seed=0), str)
+    step = blind_filter(ROWS, model)
+    assert step.info["backend"].startswith("local:") and len(step.kept) + len(step.removed) == len(ROWS)
