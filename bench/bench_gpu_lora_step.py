@@ -24,7 +24,7 @@ from common import BENCH_ROOT, median, print_table, quickstart_config
 from data_builders.media import FrameCache, MediaSpec
 from data_builders.sample import Part, Sample, Turn
 from data_builders.video_io import write_mp4
-from train.adapter import QwenVLAdapter
+from train.adapter import make_adapter
 from train.config import PeftConfig
 from train.recipe import apply_peft
 
@@ -47,7 +47,7 @@ class Size:
 
 
 MID = Size(2048, 24, 11008, 16, 2, 151936, 32, 1280, 16, side=448, frames=32, warmup=2, steps=5)
-SMOKE = Size(128, 2, 256, 4, 2, None, 2, 64, 4, side=112, frames=4, warmup=1, steps=2)
+SMOKE = Size(128, 2, 256, 4, 2, None, 2, 64, 4, side=112, frames=4, warmup=2, steps=3)
 
 
 def build_model(size: Size, tokenizer, device: torch.device, dtype: torch.dtype):
@@ -107,7 +107,7 @@ def make_batch(size: Size, processor, device: torch.device, dtype: torch.dtype) 
         frames = [(np.stack([np.roll(ramp, 7 * t)[None, :].repeat(size.side, 0)] * 3, -1)) for t in range(64)]
         write_mp4(path, np.asarray(frames, np.uint8), fps=fps)
     media = MediaSpec(num_frames=size.frames, max_frames=size.frames, max_pixels=size.side**2)
-    adapter = QwenVLAdapter(processor, media, FrameCache(None))
+    adapter = make_adapter("qwen2_5_vl", processor, media, FrameCache(None))
     sample = Sample(
         id="bench",
         task="v2p",

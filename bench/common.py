@@ -29,7 +29,7 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from data_builders.media import FrameCache  # noqa: E402
 from data_builders.sample import Sample  # noqa: E402
-from train.adapter import QwenVLAdapter  # noqa: E402
+from train.adapter import VideoChatAdapter, make_adapter  # noqa: E402
 from train.config import TrainConfig, register_configs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,7 +61,7 @@ class Setup:
 
     cfg: TrainConfig
     processor: object
-    adapter: QwenVLAdapter
+    adapter: VideoChatAdapter
     samples: list[Sample]
 
 
@@ -75,7 +75,7 @@ def training_setup(*overrides: str) -> Setup:
     resolve_data(cfg)
     cache = FrameCache(cfg.data.frame_cache)
     _, processor = load_model(cfg.model)
-    adapter = QwenVLAdapter(processor, cfg.media, cache)
+    adapter = make_adapter(cfg.model.family, processor, cfg.media, cache)
     samples, _ = check_media(load_samples(cfg.data.train), cfg.media, cache, desc="warm cache")
     return Setup(cfg, processor, adapter, samples)
 

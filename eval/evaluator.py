@@ -11,6 +11,12 @@ judged and appended again (the last line per id wins), so a resumed evaluation r
 the judge's cache makes the rest free. Metrics that could not be judged are counted in the record's
 ``n_unjudged_metrics`` and never scored.
 
+Under ``eval.ovi_protocol: simulated``, open-ended OVIBench items are not given the dataset's partial
+answer: :mod:`eval.ovi_simulation` lets the model answer, cuts it at the interruption time, appends the
+interruption turn and continues from the key/value cache, one item at a time. Their records keep
+``truncated_answer`` and ``reaction``; the reaction is the prediction scored and judged, and the judge is
+shown the model's own truncated answer as what was said before the interruption.
+
 The V2P hack diagnostics (``eval.diagnostics``, see :mod:`eval.diagnostics`) are transformed copies of
 the V2P items evaluated as further benchmarks (``v2p_blind``, ``v2p_z``, ``v2p_shuffled``,
 ``v2p_text_prompt``); the summary's ``diagnostics`` entry adds what each left out, the frame count behind
@@ -20,6 +26,7 @@ the hack ratio, and text- vs visual-prompt accuracy on the same items.
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +43,7 @@ from data_builders.v2p_format import load_v2p_release
 from eval.diagnostics import build_diagnostics, check_names, text_vs_visual
 from eval.judge import UNJUDGED, HFJudge, Judge, OpenAICompatibleJudge
 from eval.metric_logging import MetricLogger
+from eval.ovi_simulation import DEFAULT_TOKENS_PER_SECOND, simulate_interruption
 from eval.report import write_report
 from eval.rubrics import APPLIES_TO, METRICS, RUBRIC_VERSION, get_metric, metrics_for
 from eval.scoring import category_keys, score_ovi, score_v2p
@@ -46,6 +54,7 @@ from train.data import check_media, quarantine_counts, write_quarantine
 from train.errors import ConfigError
 
 SCORERS: dict[str, Callable[[dict], dict]] = {"v2p": score_v2p, "ovi": score_ovi}
+OVI_PROTOCOLS = ("teacher_forced", "simulated")
 NO_JUDGE = "not configured: open-ended OVI items are generated and kept, but not scored"
 # A judging pass stops asking after this many records in a row got no reply at all (server down, wrong
 # URL): their metrics stay unjudged and are asked again by the next evaluation, instead of every
@@ -129,6 +138,17 @@ def is_open_ovi(record: dict) -> bool:
     return record.get("task") == "ovi" and record.get("meta", {}).get("format") == "open"
 
 
+def _end_cut_line(path: Path) -> None:
+    """Close a last line that a kill cut short, so the next record starts on a line of its own."""
+    if path.exists() and path.stat().st_size:
+        with path.open("rb") as file:
+            file.seek(-1, os.SEEK_END)
+            cut = file.read(1) != b"\n"
+        if cut:
+            with path.open("a") as file:
+                file.write("\n")
+
+
 def _read_results(path: Path) -> dict[str, dict]:
     if not path.exists():
         return {}
@@ -171,6 +191,10 @@ class Evaluator:
         self.benchmarks: dict[str, list[Sample]] = {}
         self.quarantine: dict[str, dict[str, int]] = {}
         _check_diagnostics(cfg)
+        if cfg.ovi_protocol not in OVI_PROTOCOLS:
+            raise ConfigError(
+                f"eval.ovi_protocol: {cfg.ovi_protocol!r} is not one of {', '.join(OVI_PROTOCOLS)}"
+            )
         for name in cfg.benchmarks:
             samples, bad = check_media(load_benchmark(name, cfg), media, cache, desc=name)
             self.benchmarks[name] = samples
@@ -215,13 +239,12 @@ class Evaluator:
         path = self.run_dir / "eval" / model_name / f"{name}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         done = _read_results(path)
-        todo = [s for s in self.benchmarks[name] if not _is_current(done.get(s.id), s)]
+        todo = [s for s in self.benchmarks[name] if not _is_current(done.get(s.id), s, self.protocol(s))]
+        _end_cut_line(path)
         with path.open("a") as out:
             batches = list(self._batches(todo))
             for length, chunk in tqdm(batches, desc=f"eval {model_name} {name}", unit="batch"):
-                predictions = self.generate(model, adapter, chunk, max_new_tokens=length)
-                for sample, prediction in zip(chunk, predictions, strict=True):
-                    record = self._record(sample, prediction)
+                for sample, record in zip(chunk, self._predict(model, adapter, chunk, length), strict=True):
                     done[sample.id] = record
                     out.write(json.dumps(record) + "\n")
                 out.flush()
@@ -234,14 +257,43 @@ class Evaluator:
 
     def _batches(self, samples: list[Sample]) -> Iterator[tuple[int, list[Sample]]]:
         """``(max_new_tokens, batch)``: samples grouped by generation length, so short answers never
-        wait for long ones to finish."""
-        by_length: dict[int, list[Sample]] = {}
+        wait for long ones to finish, and by protocol, so simulated items never share a batch."""
+        groups: dict[tuple[int, str], list[Sample]] = {}
         for sample in samples:
-            by_length.setdefault(self.generation_length(sample), []).append(sample)
+            groups.setdefault((self.generation_length(sample), self.protocol(sample)), []).append(sample)
         size = self.cfg.batch_size
-        for length, group in sorted(by_length.items()):
+        for (length, _), group in sorted(groups.items()):
             for start in range(0, len(group), size):
                 yield length, group[start : start + size]
+
+    def protocol(self, sample: Sample) -> str:
+        """``"simulated"`` for open-ended OVI items under ``eval.ovi_protocol: simulated``, else
+        ``"teacher_forced"`` (every other item is answered from its given turns)."""
+        open_ovi = sample.task == "ovi" and sample.meta.get("format") == "open"
+        return "simulated" if open_ovi and self.cfg.ovi_protocol == "simulated" else "teacher_forced"
+
+    def _predict(self, model, adapter: QwenVLAdapter, chunk: list[Sample], length: int) -> list[dict]:
+        """Scored records of one batch (all of one protocol, see ``_batches``)."""
+        if self.protocol(chunk[0]) == "simulated":
+            return [self._simulated_record(model, adapter, sample, length) for sample in chunk]
+        predictions = self.generate(model, adapter, chunk, max_new_tokens=length)
+        return [self._record(s, p) for s, p in zip(chunk, predictions, strict=True)]
+
+    def _simulated_record(self, model, adapter: QwenVLAdapter, sample: Sample, length: int) -> dict[str, Any]:
+        """The record of an open-ended OVI item under the offline interruption simulation."""
+        result = simulate_interruption(model, adapter, sample, max_new_tokens=length)
+        record = self._record(sample, result.reaction)
+        record["protocol"] = "simulated"
+        record["truncated_answer"] = result.truncated_answer
+        record["reaction"] = result.reaction
+        record["simulation"] = result.stats()
+        return record
+
+    def _simulation_settings(self) -> dict[str, Any]:
+        """The summary's record of how simulated items were cut (nothing when none are simulated)."""
+        if self.cfg.ovi_protocol != "simulated":
+            return {}
+        return {"ovi_cut": "interruption_time", "ovi_tokens_per_second": DEFAULT_TOKENS_PER_SECOND}
 
     def _record(self, sample: Sample, prediction: str) -> dict[str, Any]:
         """A scored record; open-ended OVI items start with every applicable metric unjudged."""
@@ -281,7 +333,10 @@ class Evaluator:
 
         Earlier judged scores are dropped first, so a metric that fails now is not kept from a stale run.
         """
-        judged = {**record, "meta": self._current_meta(record)}
+        meta = self._current_meta(record)
+        if "truncated_answer" in record:  # simulated: the answer cut by the interruption is the model's own
+            meta = {**meta, "partial_answer": record["truncated_answer"]}
+        judged = {**record, "meta": meta}
         result = self.judge.judge_record(judged, self.judged_metrics(judged))
         judged["scores"] = {**SCORERS["ovi"](judged), **result.scores}
         judged["n_unjudged_metrics"] = result.n_unjudged
@@ -362,6 +417,8 @@ class Evaluator:
                 "max_new_tokens": self.cfg.max_new_tokens,
                 "max_new_tokens_open": self.cfg.max_new_tokens_open,
                 "input_order": self.cfg.input_order,
+                "ovi_protocol": self.cfg.ovi_protocol,
+                **self._simulation_settings(),
             },
             "quarantine": self.quarantine,
             "judge": judge_summary(self.judge, self.judge_cfg.metrics),
@@ -420,9 +477,12 @@ def _check_diagnostics(cfg: EvalConfig) -> None:
         raise ConfigError("eval.diagnostics transform V2P-Bench: add v2p to eval.benchmarks")
 
 
-def _is_current(record: dict | None, sample: Sample) -> bool:
-    """Whether a stored result answers this very input (a diagnostic's pairing may change with the items)."""
-    return record is not None and record.get("meta", {}).get("variant") == sample.meta.get("variant")
+def _is_current(record: dict | None, sample: Sample, protocol: str = "teacher_forced") -> bool:
+    """Whether a stored result answers this very input (a diagnostic's pairing may change with the items)
+    under the same OVI protocol (records from before the protocol existed are teacher-forced)."""
+    if record is None or record.get("protocol", "teacher_forced") != protocol:
+        return False
+    return record.get("meta", {}).get("variant") == sample.meta.get("variant")
 
 
 def _frame_count(media: MediaSpec) -> int | str:

@@ -10,7 +10,7 @@ from data_builders.build import build_synthetic
 from data_builders.media import FrameCache
 from eval.evaluator import Evaluator
 from eval.metric_logging import make_logger
-from train.adapter import QwenVLAdapter
+from train.adapter import make_adapter
 from train.config import EvalRunConfig
 from train.models import load_model
 
@@ -46,6 +46,7 @@ def run(cfg: EvalRunConfig) -> dict:
 
             model = PeftModel.from_pretrained(model, cfg.adapter)
             name = Path(cfg.adapter).name
-        return evaluator.evaluate(model, QwenVLAdapter(processor, cfg.media, cache), name, step=0)
+        adapter = make_adapter(cfg.model.family, processor, cfg.media, cache)
+        return evaluator.evaluate(model, adapter, name, step=0)
     finally:
         logger.finish()

@@ -1,8 +1,10 @@
-"""The Qwen-VL family adapter: our conversation samples → processor inputs, label masks, prompts.
+"""Model-family adapters: our conversation samples → processor inputs, label masks, generation prompts.
 
 One adapter serves training and evaluation, so the prompt a model is trained on is the prompt it is
-scored on. Rendering follows the Qwen chat format (``<|im_start|>role\\n … <|im_end|>``) with
-``<|vision_start|><|video_pad|><|vision_end|>`` placeholders that the processor expands.
+scored on. All five supported families (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, LLaVA-OneVision, InternVL3) speak
+ChatML (``<|im_start|>role\\n … <|im_end|>\\n``); they differ only in the system prompt and in the
+placeholder each puts where a video or an image goes, which its processor then expands into vision
+tokens. So one adapter class, parameterised by a small per-family ``ChatFormat``, covers them all.
 """
 
 from __future__ import annotations
@@ -13,11 +15,46 @@ import torch
 
 from data_builders.media import FrameCache, MediaSpec, load_image
 from data_builders.sample import Sample, Turn
+from train.errors import ConfigError
 
 IGNORE_INDEX = -100
 SYSTEM_PROMPT = "You are a helpful assistant."
-_VIDEO = "<|vision_start|><|video_pad|><|vision_end|>"
-_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
+_QWEN_VIDEO = "<|vision_start|><|video_pad|><|vision_end|>"
+_QWEN_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """How one model family writes a conversation, following the format its checkpoints were tuned on.
+
+    Attributes:
+        system: the system turn's text, or None for no system turn.
+        video: what stands for one video span in a user turn (the processor expands it).
+        image: what stands for one still image in a user turn (the processor expands it).
+        turn_start: opens a turn, followed by the role and a newline.
+        turn_end: closes a turn; supervised with each trained assistant turn, so the model learns to stop.
+    """
+
+    system: str | None
+    video: str
+    image: str
+    turn_start: str = "<|im_start|>"
+    turn_end: str = "<|im_end|>"
+
+
+CHAT_FORMATS = {
+    # Qwen2-VL and Qwen2.5-VL: the default system prompt of their chat templates.
+    "qwen2_vl": ChatFormat(SYSTEM_PROMPT, _QWEN_VIDEO, _QWEN_IMAGE),
+    "qwen2_5_vl": ChatFormat(SYSTEM_PROMPT, _QWEN_VIDEO, _QWEN_IMAGE),
+    # Qwen3-VL: no default system turn. A bare <|video_pad|>: its processor expands it into
+    # "<t seconds><|vision_start|>…<|vision_end|>" per frame pair, so wrapping it would nest the markers.
+    "qwen3_vl": ChatFormat(None, "<|video_pad|>", _QWEN_IMAGE),
+    # LLaVA-OneVision (Qwen2 LM): the ChatML "qwen_1_5" format it was trained with, media then a newline.
+    "llava_onevision": ChatFormat(SYSTEM_PROMPT, "<video>\n", "<image>\n"),
+    # InternVL (HF-native conversion): "<video>" becomes "Frame1: <img>…</img>\nFrame2: …" and
+    # "<IMG_CONTEXT>" one "<img>…</img>" run per tile; no system turn, as in the -hf chat template.
+    "internvl": ChatFormat(None, "<video>\n", "<IMG_CONTEXT>\n"),
+}
 
 
 @dataclass
@@ -31,22 +68,28 @@ class Rendered:
     loss_flags: list[bool] = field(default_factory=list)  # one per assistant turn in `text`
 
 
-class QwenVLAdapter:
-    """Turns samples into Qwen2-VL / Qwen2.5-VL processor inputs.
+class VideoChatAdapter:
+    """Turns samples into a model family's processor inputs, training labels and generation prompts.
 
     Args:
         processor: the checkpoint's HF processor.
         media: the run's media spec; frames come from ``cache`` (decoded once per video and spec).
+        cache: the frame cache shared by training and evaluation.
+        chat: the family's chat format (``CHAT_FORMATS[family]``); Qwen2.5-VL's by default.
     """
 
-    def __init__(self, processor, media: MediaSpec, cache: FrameCache):
+    def __init__(self, processor, media: MediaSpec, cache: FrameCache, chat: ChatFormat | None = None):
         self.processor = processor
         self.media = media
         self.cache = cache
+        self.chat = chat or CHAT_FORMATS["qwen2_5_vl"]
         tokenizer = processor.tokenizer
         self.pad_id = tokenizer.pad_token_id
-        self.im_end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
-        self._assistant_prefix = tokenizer("<|im_start|>assistant\n", add_special_tokens=False).input_ids
+        self.turn_end_id = tokenizer.convert_tokens_to_ids(self.chat.turn_end)
+        self._assistant_prefix = tokenizer(self._header("assistant"), add_special_tokens=False).input_ids
+
+    def _header(self, role: str) -> str:
+        return f"{self.chat.turn_start}{role}\n"
 
     def render(self, sample: Sample, *, for_generation: bool) -> Rendered:
         """Render a sample; for generation, drop the final assistant turn and open a new one."""
@@ -54,13 +97,14 @@ class QwenVLAdapter:
         if for_generation:
             assert turns[-1].role == "assistant", f"{sample.id}: the last turn must be the reference answer"
             turns = turns[:-1]
-        out = Rendered(text=f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n")
+        chat = self.chat
+        out = Rendered(text=f"{self._header('system')}{chat.system}{chat.turn_end}\n" if chat.system else "")
         for turn in turns:
-            out.text += f"<|im_start|>{turn.role}\n{self._render_parts(turn, out)}<|im_end|>\n"
+            out.text += f"{self._header(turn.role)}{self._render_parts(turn, out)}{chat.turn_end}\n"
             if turn.role == "assistant":
                 out.loss_flags.append(turn.loss)
         if for_generation:
-            out.text += "<|im_start|>assistant\n"
+            out.text += self._header("assistant")
         return out
 
     def _render_parts(self, turn: Turn, out: Rendered) -> str:
@@ -70,10 +114,10 @@ class QwenVLAdapter:
                 clip = self.cache.clip(part.path, part.start, part.end, self.media)
                 out.videos.append(clip.frames)
                 out.video_metadata.append(clip.processor_metadata())
-                text += _VIDEO
+                text += self.chat.video
             elif part.type == "image":
                 out.images.append(load_image(part.path, self.media))
-                text += _IMAGE
+                text += self.chat.image
             else:
                 text += part.text
         return text
@@ -83,7 +127,9 @@ class QwenVLAdapter:
         videos = [v for r in rendered for v in r.videos]
         metadata = [m for r in rendered for m in r.video_metadata]
         images = [i for r in rendered for i in r.images]
-        kwargs = {"videos": videos, "video_metadata": metadata} if videos else {}
+        # The media spec already sampled the frames: a processor that samples by default (Qwen3-VL)
+        # must not sample again.
+        kwargs = {"videos": videos, "video_metadata": metadata, "do_sample_frames": False} if videos else {}
         if images:
             kwargs["images"] = images
         return self.processor(
@@ -109,13 +155,13 @@ class QwenVLAdapter:
         return batch
 
     def _assistant_spans(self, ids: list[int]) -> list[tuple[int, int]]:
-        """Token spans of assistant contents, each including its closing <|im_end|> (so the model
+        """Token spans of assistant contents, each including its closing end-of-turn token (so the model
         learns to stop) and excluding the ``<|im_start|>assistant\\n`` header."""
         prefix, spans, i = self._assistant_prefix, [], 0
         while i <= len(ids) - len(prefix):
             if ids[i : i + len(prefix)] == prefix:
                 start = i + len(prefix)
-                end = ids.index(self.im_end_id, start) + 1
+                end = ids.index(self.turn_end_id, start) + 1
                 spans.append((start, end))
                 i = end
             else:
@@ -125,3 +171,26 @@ class QwenVLAdapter:
     def decode_generated(self, sequences: torch.Tensor, prompt_length: int) -> list[str]:
         """The generated continuations as text, special tokens removed."""
         return self.processor.tokenizer.batch_decode(sequences[:, prompt_length:], skip_special_tokens=True)
+
+
+# Their processors stack all videos of a batch into one tensor, so every span needs the same frame count.
+_FIXED_FRAME_COUNT = {"llava_onevision", "internvl"}
+
+# The name train/data.py, train/callbacks.py and eval/evaluator.py annotate with; same class.
+QwenVLAdapter = VideoChatAdapter
+
+
+def make_adapter(family: str, processor, media: MediaSpec, cache: FrameCache) -> VideoChatAdapter:
+    """The adapter for a model family (``model.family``: a key of ``CHAT_FORMATS``).
+
+    Raises:
+        ConfigError: the family is unknown, or it needs a fixed frame count and ``media.num_frames`` is unset.
+    """
+    if family not in CHAT_FORMATS:
+        raise ConfigError(f"model.family={family!r} is not one of {', '.join(CHAT_FORMATS)}")
+    if family in _FIXED_FRAME_COUNT and media.num_frames is None:
+        raise ConfigError(
+            f"model.family={family} needs media.num_frames: its processor stacks the videos of a batch into "
+            f"one tensor, so every span must have the same frame count (media.fps sampling varies it)"
+        )
+    return VideoChatAdapter(processor, media, cache, CHAT_FORMATS[family])

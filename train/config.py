@@ -20,6 +20,7 @@ class ModelConfig:
     """Which checkpoint to fine-tune and how to load it."""
 
     name_or_path: str = "???"  # hub name or local checkpoint directory
+    family: str = "qwen2_5_vl"  # qwen2_vl | qwen2_5_vl | qwen3_vl | llava_onevision | internvl
     tiny: bool = False  # build a tiny random Qwen2.5-VL at name_or_path if absent (tests, quickstart)
     dtype: str = "auto"  # auto: bf16 on GPUs that have it, else fp32
     attn_implementation: str = "sdpa"
@@ -82,6 +83,10 @@ class EvalConfig:
     batch_size: int = 16
     max_new_tokens: int = 16  # multiple-choice answers ("B (Correction)") and V2P letters
     max_new_tokens_open: int = 128  # open-ended OVIBench reactions (batched apart, so MCQ batches stay short)
+    # Open-ended OVIBench items: teacher_forced (the dataset's partial answer is given) | simulated (the
+    # model's own answer, cut at interruption_time at 3 tokens/s, then the interruption turn continued from
+    # the key/value cache: eval/ovi_simulation.py). Multiple-choice items are the same under both.
+    ovi_protocol: str = "teacher_forced"
     bootstrap_resamples: int = 2000
     on_save: bool = True  # evaluate every saved checkpoint during training
     # V2P hack diagnostics, each run as one more benchmark (eval/diagnostics.py): blind, z_option,

@@ -1,6 +1,7 @@
 """Loading a model and its processor from a checkpoint directory or a hub name.
 
-The tiny test model and a real Qwen2.5-VL-7B go through the same ``load_model``; only the path differs.
+The tiny test models and real checkpoints (Qwen2.5-VL-7B, InternVL3-8B, ...) go through the same
+``load_model``; only the path differs.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ class CheckpointNotFound(ConfigError):
     """The configured checkpoint is neither a local directory nor in the local hub cache."""
 
 
+class FamilyMismatch(ConfigError):
+    """``model.family`` names another family than the checkpoint's own ``model_type``."""
+
+
 def _resolve_dtype(name: str) -> torch.dtype | str:
     if name == "auto":
         return (
@@ -28,26 +33,33 @@ def _resolve_dtype(name: str) -> torch.dtype | str:
 def load_model(cfg: ModelConfig):
     """Load ``(model, processor)`` for ``cfg.name_or_path``.
 
-    A ``tiny`` model is built there first if absent. Weights load from safetensors only, and remote
-    code runs only when ``cfg.trust_remote_code`` says so.
+    A ``tiny`` model of ``cfg.family`` is built there first if absent. Weights load from safetensors
+    only, and remote code runs only when ``cfg.trust_remote_code`` says so.
 
     Raises:
         CheckpointNotFound: the path does not exist and the hub name is not available offline.
+        FamilyMismatch: the checkpoint is of another family than ``cfg.family`` (its prompts would be
+            rendered in the wrong chat format).
     """
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
     if cfg.tiny:
         from train.tiny_model import build_tiny_checkpoint
 
-        build_tiny_checkpoint(cfg.name_or_path)
+        build_tiny_checkpoint(cfg.name_or_path, family=cfg.family)
     kwargs = {"trust_remote_code": cfg.trust_remote_code, "use_safetensors": True}
     local = os.path.isdir(cfg.name_or_path)
     try:
+        config = AutoConfig.from_pretrained(
+            cfg.name_or_path, local_files_only=not cfg.allow_download, trust_remote_code=cfg.trust_remote_code
+        )
+        _check_family(cfg, config.model_type)  # before the weights load: a 7B load is slow to fail
         processor = AutoProcessor.from_pretrained(
             cfg.name_or_path, local_files_only=not cfg.allow_download, **kwargs
         )
         model = AutoModelForImageTextToText.from_pretrained(
             cfg.name_or_path,
+            config=config,
             dtype=_resolve_dtype(cfg.dtype),
             attn_implementation=cfg.attn_implementation,
             local_files_only=not cfg.allow_download,
@@ -62,3 +74,12 @@ def load_model(cfg: ModelConfig):
             f"on a machine with hub access."
         ) from None
     return model, processor
+
+
+def _check_family(cfg: ModelConfig, model_type: str) -> None:
+    # Family names are the checkpoints' own config.json ``model_type`` names.
+    if model_type != cfg.family:
+        raise FamilyMismatch(
+            f"model.family={cfg.family!r} but {cfg.name_or_path} is a {model_type!r} checkpoint; "
+            f"set model.family={model_type}"
+        )

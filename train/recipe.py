@@ -17,7 +17,7 @@ from data_builders.build import build_synthetic
 from data_builders.media import FrameCache
 from eval.evaluator import Evaluator
 from eval.metric_logging import make_logger
-from train.adapter import QwenVLAdapter
+from train.adapter import make_adapter
 from train.callbacks import CheckpointEval, LogToMetricLogger
 from train.config import PeftConfig, TrainConfig, TrainerConfig
 from train.data import Collator, SampleDataset, check_media, load_samples, quarantine_counts, write_quarantine
@@ -112,7 +112,7 @@ def run(cfg: TrainConfig) -> RunResult:
     )
     try:
         model, processor = load_model(cfg.model)
-        adapter = QwenVLAdapter(processor, cfg.media, cache)
+        adapter = make_adapter(cfg.model.family, processor, cfg.media, cache)
         samples, bad = check_media(load_samples(cfg.data.train), cfg.media, cache, desc="train")
         write_quarantine(run_dir, "train", bad)
         # Seed again right before the LoRA init: what ran since the first seed may have drawn from the

@@ -1,9 +1,10 @@
-"""A tiny Qwen2.5-VL with random weights, saved as an ordinary HF checkpoint directory.
+"""Tiny random-weight checkpoints of every supported model family, saved as ordinary HF checkpoint dirs.
 
-Used by the quickstart and the tests in place of a real checkpoint (no hub access here). It is made
-once on first use and then loaded by exactly the code that loads a real model
-(``AutoModelForImageTextToText`` / ``AutoProcessor``). The tokenizer is a small byte-level BPE
-trained offline, with the Qwen special tokens, so the prompt format is the real one.
+Used by the quickstart and the tests in place of a real checkpoint (no hub access here). One is made on
+first use and then loaded by exactly the code that loads a real model (``AutoModelForImageTextToText`` /
+``AutoProcessor``). Each family gets its own model class, its own processor classes and a small
+byte-level BPE tokenizer trained offline with the special tokens that family's processor looks for, so
+the prompt format is the real one.
 """
 
 from __future__ import annotations
@@ -13,15 +14,26 @@ import shutil
 import tempfile
 from pathlib import Path
 
-QWEN_SPECIAL_TOKENS = (
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-)
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava_onevision", "internvl")
+
+_CHATML_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+_QWEN_MEDIA_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+QWEN_SPECIAL_TOKENS = (*_CHATML_TOKENS, *_QWEN_MEDIA_TOKENS)
+# InternVL's processor reads these by name from the tokenizer (tokenizer.context_image_token, ...).
+_INTERNVL_NAMED_TOKENS = {
+    "start_image_token": "<img>",
+    "end_image_token": "</img>",
+    "context_image_token": "<IMG_CONTEXT>",
+    "video_token": "<video>",
+}
+_SPECIAL_TOKENS = {
+    "qwen2_vl": QWEN_SPECIAL_TOKENS,
+    "qwen2_5_vl": QWEN_SPECIAL_TOKENS,
+    "qwen3_vl": QWEN_SPECIAL_TOKENS,
+    "llava_onevision": (*_CHATML_TOKENS, "<image>", "<video>"),
+    "internvl": (*_CHATML_TOKENS, *_INTERNVL_NAMED_TOKENS.values()),
+}
+_HEAD_DIM = 16
 
 # Words the synthetic world, the builders and the benchmarks use, so the BPE learns whole words
 # for them; anything else still tokenises (byte-level fallback).
@@ -42,7 +54,7 @@ A (Correction) B (Cancellation) C (False Trigger) D (Correction)
 """
 
 
-def _train_tokenizer(vocab_size: int):
+def _train_tokenizer(family: str, vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -51,36 +63,86 @@ def _train_tokenizer(vocab_size: int):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(QWEN_SPECIAL_TOKENS),
+        special_tokens=list(_SPECIAL_TOKENS[family]),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator([line for line in _CORPUS.splitlines() if line] * 4, trainer)
+    named = _INTERNVL_NAMED_TOKENS if family == "internvl" else None
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", padding_side="left"
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        padding_side="left",
+        extra_special_tokens=named,
     )
 
 
-def _tiny_config(tokenizer, hidden: int, layers: int):
-    from transformers import Qwen2_5_VLConfig
+def _text_config(tokenizer, hidden: int, layers: int, **extra) -> dict:
+    """The language model: the same small decoder shape for every family."""
+    return {
+        "vocab_size": len(tokenizer),
+        "hidden_size": hidden,
+        "intermediate_size": hidden * 2,
+        "num_hidden_layers": layers,
+        "num_attention_heads": hidden // _HEAD_DIM,
+        "num_key_value_heads": max(1, hidden // _HEAD_DIM // 2),
+        "max_position_embeddings": 4096,
+        "bos_token_id": tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        "eos_token_id": tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        "pad_token_id": tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        "tie_word_embeddings": False,
+        **extra,
+    }
 
+
+def _qwen_token_ids(tokenizer) -> dict:
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in QWEN_SPECIAL_TOKENS}
-    head_dim = 16
-    return Qwen2_5_VLConfig(
-        text_config={
-            "vocab_size": len(tokenizer),
-            "hidden_size": hidden,
-            "intermediate_size": hidden * 2,
-            "num_hidden_layers": layers,
-            "num_attention_heads": hidden // head_dim,
-            "num_key_value_heads": max(1, hidden // head_dim // 2),
-            "max_position_embeddings": 4096,
-            # mrope_section must sum to head_dim / 2 (temporal, height, width rotary channels).
-            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
-            "bos_token_id": ids["<|endoftext|>"],
-            "eos_token_id": ids["<|im_end|>"],
-            "pad_token_id": ids["<|endoftext|>"],
-        },
+    return {
+        "image_token_id": ids["<|image_pad|>"],
+        "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+        "vision_end_token_id": ids["<|vision_end|>"],
+    }
+
+
+# mrope_section must sum to head_dim / 2 (temporal, height, width rotary channels).
+_MROPE = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
+
+
+def _qwen_processor(processor_cls, video_processor_cls, tokenizer, patch: int, max_pixels: int):
+    """A Qwen-VL processor whose own pixel caps are generous on purpose: frames arrive already resized
+    to the run's media spec, which is the one place the pixel budget is set."""
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+
+    size = {"shortest_edge": (2 * patch) ** 2, "longest_edge": max_pixels}
+    return processor_cls(
+        image_processor=Qwen2VLImageProcessor(size=size, patch_size=patch),
+        tokenizer=tokenizer,
+        video_processor=video_processor_cls(size=size, patch_size=patch, cap_pixels_per_frame=True),
+    )
+
+
+def _build_qwen2_vl(tokenizer, hidden: int, layers: int, max_pixels: int):
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    config = Qwen2VLConfig(
+        text_config=_text_config(tokenizer, hidden, layers, rope_parameters=_MROPE),
+        vision_config={"depth": 2, "embed_dim": 64, "hidden_size": hidden, "num_heads": 4, "mlp_ratio": 2},
+        tie_word_embeddings=False,
+        **_qwen_token_ids(tokenizer),
+    )
+    processor = _qwen_processor(Qwen2VLProcessor, Qwen2VLVideoProcessor, tokenizer, 14, max_pixels)
+    return Qwen2VLForConditionalGeneration(config), processor
+
+
+def _build_qwen2_5_vl(tokenizer, hidden: int, layers: int, max_pixels: int):
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    config = Qwen2_5_VLConfig(
+        text_config=_text_config(tokenizer, hidden, layers, rope_parameters=_MROPE),
         vision_config={
             "depth": 2,
             "hidden_size": 64,
@@ -90,57 +152,170 @@ def _tiny_config(tokenizer, hidden: int, layers: int):
             "fullatt_block_indexes": [1],
             "window_size": 56,
         },
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False,
+        **_qwen_token_ids(tokenizer),
+    )
+    processor = _qwen_processor(Qwen2_5_VLProcessor, Qwen2VLVideoProcessor, tokenizer, 14, max_pixels)
+    return Qwen2_5_VLForConditionalGeneration(config), processor
+
+
+def _build_qwen3_vl(tokenizer, hidden: int, layers: int, max_pixels: int):
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    rope = {**_MROPE, "mrope_interleaved": True}
+    config = Qwen3VLConfig(
+        text_config=_text_config(tokenizer, hidden, layers, head_dim=_HEAD_DIM, rope_parameters=rope),
+        vision_config={
+            "depth": 2,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_heads": 4,
+            "out_hidden_size": hidden,
+            "num_position_embeddings": 64,  # an 8 x 8 grid, interpolated to each frame's patch grid
+            "deepstack_visual_indexes": [0],
+        },
+        tie_word_embeddings=False,
+        **_qwen_token_ids(tokenizer),
+    )
+    # Qwen3-VL sees 16-px patches merged 2x2.
+    processor = _qwen_processor(Qwen3VLProcessor, Qwen3VLVideoProcessor, tokenizer, 16, max_pixels)
+    return Qwen3VLForConditionalGeneration(config), processor
+
+
+# LLaVA-OneVision and InternVL see fixed-size tiles; a 32-px tile of 8-px patches keeps them tiny.
+_TILE, _PATCH = 32, 8
+
+
+def _build_llava_onevision(tokenizer, hidden: int, layers: int, max_pixels: int):
+    from transformers import (
+        LlavaOnevisionConfig,
+        LlavaOnevisionForConditionalGeneration,
+        LlavaOnevisionImageProcessor,
+        LlavaOnevisionProcessor,
+        LlavaOnevisionVideoProcessor,
+    )
+
+    # anyres: an image is one base tile plus a grid of tiles picked from these resolutions.
+    pinpoints = [[_TILE * r, _TILE * c] for r in (1, 2) for c in (1, 2)]
+    config = LlavaOnevisionConfig(
+        text_config=_text_config(tokenizer, hidden, layers, model_type="qwen2"),
+        vision_config={
+            "model_type": "siglip_vision_model",
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "image_size": _TILE,
+            "patch_size": _PATCH,
+            "vision_use_head": False,
+        },
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+        video_token_index=tokenizer.convert_tokens_to_ids("<video>"),
+        image_grid_pinpoints=pinpoints,
+        vision_aspect_ratio="anyres_max_4",
         tie_word_embeddings=False,
     )
+    size = {"height": _TILE, "width": _TILE}
+    processor = LlavaOnevisionProcessor(
+        image_processor=LlavaOnevisionImageProcessor(size=size, image_grid_pinpoints=pinpoints),
+        tokenizer=tokenizer,
+        video_processor=LlavaOnevisionVideoProcessor(size=size),
+        num_image_tokens=(_TILE // _PATCH) ** 2,
+        vision_feature_select_strategy=config.vision_feature_select_strategy,
+        vision_aspect_ratio=config.vision_aspect_ratio,
+    )
+    return LlavaOnevisionForConditionalGeneration(config), processor
+
+
+def _build_internvl(tokenizer, hidden: int, layers: int, max_pixels: int):
+    from transformers import (
+        GotOcr2ImageProcessor,
+        InternVLConfig,
+        InternVLForConditionalGeneration,
+        InternVLProcessor,
+        InternVLVideoProcessor,
+    )
+
+    downsample = 0.5  # pixel shuffle: 2 x 2 patches become one token
+    config = InternVLConfig(
+        text_config=_text_config(tokenizer, hidden, layers, model_type="qwen2"),
+        vision_config={
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "image_size": [_TILE, _TILE],
+            "patch_size": [_PATCH, _PATCH],
+        },
+        image_token_id=tokenizer.convert_tokens_to_ids("<IMG_CONTEXT>"),
+        image_seq_length=int((_TILE // _PATCH) ** 2 * downsample**2),
+        downsample_ratio=downsample,
+        tie_word_embeddings=False,
+    )
+    size = {"height": _TILE, "width": _TILE}
+    processor = InternVLProcessor(
+        image_processor=GotOcr2ImageProcessor(size=size, crop_to_patches=True, max_patches=4),
+        tokenizer=tokenizer,
+        video_processor=InternVLVideoProcessor(size=size),
+        image_seq_length=config.image_seq_length,
+    )
+    return InternVLForConditionalGeneration(config), processor
+
+
+_BUILDERS = {
+    "qwen2_vl": _build_qwen2_vl,
+    "qwen2_5_vl": _build_qwen2_5_vl,
+    "qwen3_vl": _build_qwen3_vl,
+    "llava_onevision": _build_llava_onevision,
+    "internvl": _build_internvl,
+}
 
 
 def build_tiny_checkpoint(
     path: str | Path,
     *,
+    family: str = "qwen2_5_vl",
     hidden: int = 128,
     layers: int = 2,
     vocab_size: int = 1024,
     seed: int = 0,
     max_pixels: int = 448 * 448,
 ) -> Path:
-    """Write a tiny random Qwen2.5-VL checkpoint (model, tokenizer, processor) to ``path`` if absent.
+    """Write a tiny random checkpoint (model, tokenizer, processor) of ``family`` to ``path`` if absent.
 
-    The processor's own pixel cap is generous on purpose: frames arrive already resized to the run's
-    media spec, which is the one place the pixel budget is set.
+    Args:
+        family: one of ``FAMILIES``.
+        max_pixels: the Qwen processors' own pixel cap (generous: frames arrive already resized).
 
     Returns:
         The checkpoint directory, loadable with ``from_pretrained`` like any real checkpoint.
+
+    Raises:
+        ConfigError: ``family`` is not one of ``FAMILIES``.
     """
     from filelock import FileLock
 
+    from train.errors import ConfigError
+
+    if family not in _BUILDERS:
+        raise ConfigError(f"model.family={family!r} is not one of {', '.join(FAMILIES)}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{path}.lock"):  # every rank may call this; one builds, the others wait and reuse
         if not (path / "config.json").exists():
-            _write_tiny_checkpoint(path, hidden, layers, vocab_size, seed, max_pixels)
+            _write_tiny_checkpoint(path, family, hidden, layers, vocab_size, seed, max_pixels)
     return path
 
 
-def _write_tiny_checkpoint(path: Path, hidden: int, layers: int, vocab_size: int, seed: int, max_pixels: int):
+def _write_tiny_checkpoint(
+    path: Path, family: str, hidden: int, layers: int, vocab_size: int, seed: int, max_pixels: int
+):
     import torch
-    from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
-    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
-    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
 
-    tokenizer = _train_tokenizer(vocab_size)
+    tokenizer = _train_tokenizer(family, vocab_size)
     torch.manual_seed(seed)
-    model = Qwen2_5_VLForConditionalGeneration(_tiny_config(tokenizer, hidden, layers))
-    processor = Qwen2_5_VLProcessor(
-        image_processor=Qwen2VLImageProcessor(min_pixels=28 * 28, max_pixels=max_pixels),
-        tokenizer=tokenizer,
-        video_processor=Qwen2VLVideoProcessor(
-            min_pixels=28 * 28, max_pixels=max_pixels, cap_pixels_per_frame=True
-        ),
-    )
+    model, processor = _BUILDERS[family](tokenizer, hidden, layers, max_pixels)
     # Build in a sibling temp dir and rename, so a killed build never leaves a half checkpoint.
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
     try:

@@ -1,0 +1,402 @@
+"""OVIBench's offline interruption simulation: the model answers, is cut off, hears the interruption, reacts.
+
+For one four-turn OVI sample (``data_builders.ovi_format``: question over video ``[0, t_q]`` → partial
+answer → interruption with video ``(t_q, t_i]`` → reaction) the dataset's partial answer is replaced by the
+model's own:
+
+(a) the prompt up to the first assistant turn (video ``[0, t_q]`` and the question) is encoded;
+(b) the model answers greedily until the interruption point: ``cut_tokens`` answer tokens, or the tokens
+    spoken by ``t_i`` at ``tokens_per_second`` from ``t_q`` (an answer that ends earlier is kept whole);
+(c) the end-of-turn, the interruption turn with the frames of ``(t_q, t_i]`` and the assistant header are
+    appended after the truncated answer;
+(d) the model continues greedily: its reaction.
+
+``continue_from_cache=True`` keeps the key/value cache of (a)+(b) and encodes only the appended tokens
+(LiveCC-style streaming); ``False`` re-encodes the whole conversation from scratch. Both see the very same
+token ids: the truncated answer is fed back as the ids the model produced, never re-tokenised text (a BPE
+round trip may split it differently), so the two differ only in what they compute.
+
+Positions are passed explicitly on every forward. In Qwen2.5-VL's multimodal RoPE a video's tokens get
+(temporal, height, width) ids starting from the current text position, and text after a video continues
+from there plus the video's height/width extent, not from the token count; so the ids of the appended
+video, and of every token after it, depend on the whole conversation. Left alone, the model derives ids
+during a cached continuation from ``rope_deltas``, state stored on the model by whichever call came
+before. Here they come from the model's own ``get_rope_index`` over the whole conversation (integer work on
+the ids, no model compute) and the slice for the tokens being encoded is passed; each decoded token takes
+the next text position (the last token's plus one). So the cached and the re-encoded runs use identical
+ids by construction, and the ids are those the same tokens get in a teacher-forced (training) forward.
+The tests show that ids merely counted on from the cache change the output.
+
+One deliberate difference from ``generate``: it decodes from the largest id so far plus one. Under the
+installed ``get_rope_index`` a video's temporal ids (spaced by ``tokens_per_second`` x seconds per grid)
+can run past the text that follows the video; then ``generate`` places its tokens further out than a
+re-encode of the same tokens would, and a cached continuation could never equal a re-run. When the
+prompt's last text position is its largest id (the common case) the two agree. The second span's temporal
+ids start from the text position, not from t_q: that is how Qwen2.5-VL places any later video.
+
+Families without ``get_rope_index`` (plain 1-D RoPE) get ``arange`` positions.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from data_builders.sample import Part, Sample, Turn
+from train.adapter import QwenVLAdapter, Rendered
+
+DEFAULT_TOKENS_PER_SECOND = 3.0  # speech rate after t_q: roughly 2-3 words/s of spoken English
+# Keys of a processor batch that are per-token (concatenated along the sequence); the rest (pixel values,
+# grids, seconds per grid) are per media item and concatenated along their first dimension.
+_TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
+_GRID_KEYS = ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")  # what get_rope_index reads
+# Media placeholders are never text: fed back as part of an answer they would be taken for a media slot.
+_PLACEHOLDER_ATTRS = (
+    "image_token_id",
+    "video_token_id",
+    "vision_start_token_id",
+    "vision_end_token_id",
+    "image_token_index",  # LLaVA-style configs
+    "video_token_index",
+)
+# Floating-point slack when a time span is turned into whole tokens ((5.4 - 5.0) * 3 = 1.2000000000000028).
+_EPS = 1e-6
+
+
+@dataclass
+class SimulationResult:
+    """What one simulated interruption produced.
+
+    Attributes:
+        truncated_answer: the model's own answer up to the interruption point (special tokens removed).
+        reaction: the model's continuation after the interruption turn: the prediction to score.
+        answer_ids, reaction_ids: the generated token ids (no end-of-turn token).
+        cut_tokens: the interruption point in answer tokens.
+        answer_finished: the answer ended (end-of-turn) before the interruption point.
+        prompt_tokens: tokens of step (a), the prompt up to the first assistant turn.
+        appended_tokens: tokens of step (c): end-of-turn, interruption turn with its video, assistant header.
+        appended_video_spans: ``(start, end)`` seconds of each video part of the interruption turn.
+        encoded_tokens: tokens run through the model between the cut and the reaction's first token: the
+            appended ones (plus the answer's last token) from the cache, or the whole conversation.
+        answer_seconds: wall time of steps (a)+(b).
+        continuation_seconds: wall time of steps (c)+(d), the part the two implementations differ in.
+        first_reaction_seconds: wall time from the cut to the reaction's first token (the encoding of
+            step (c)): the user's wait after interrupting.
+        continue_from_cache: which implementation ran.
+    """
+
+    truncated_answer: str
+    reaction: str
+    answer_ids: list[int]
+    reaction_ids: list[int]
+    cut_tokens: int
+    answer_finished: bool
+    prompt_tokens: int
+    appended_tokens: int
+    appended_video_spans: list[tuple[float, float]]
+    encoded_tokens: int
+    answer_seconds: float
+    continuation_seconds: float
+    first_reaction_seconds: float
+    continue_from_cache: bool
+
+    def stats(self) -> dict[str, Any]:
+        """Counts and timings for a result record (no texts, no ids)."""
+        return {
+            "cut_tokens": self.cut_tokens,
+            "answer_tokens": len(self.answer_ids),
+            "answer_finished": self.answer_finished,
+            "reaction_tokens": len(self.reaction_ids),
+            "prompt_tokens": self.prompt_tokens,
+            "appended_tokens": self.appended_tokens,
+            "encoded_tokens": self.encoded_tokens,
+            "answer_seconds": round(self.answer_seconds, 4),
+            "continuation_seconds": round(self.continuation_seconds, 4),
+            "first_reaction_seconds": round(self.first_reaction_seconds, 4),
+            "continue_from_cache": self.continue_from_cache,
+        }
+
+
+@dataclass
+class SimulationInputs:
+    """Processor inputs of the two pieces around the model's answer.
+
+    Attributes:
+        prefix: step (a): system, the question turn with video ``[0, t_q]``, the open assistant header.
+        appended: step (c): end-of-turn, the interruption turn with its video, the next assistant header.
+        appended_rendered: the rendered text and decoded media of ``appended``.
+        appended_video_spans: ``(start, end)`` of each video part of the interruption turn.
+    """
+
+    prefix: dict[str, torch.Tensor]
+    appended: dict[str, torch.Tensor]
+    appended_rendered: Rendered
+    appended_video_spans: list[tuple[float, float]] = field(default_factory=list)
+
+
+def interruption_cut(
+    sample: Sample, cut_tokens: int | None = None, tokens_per_second: float = DEFAULT_TOKENS_PER_SECOND
+) -> int:
+    """The interruption point in answer tokens.
+
+    Args:
+        sample: an OVI sample whose meta holds ``question_time`` and ``interruption_time`` (seconds).
+        cut_tokens: a fixed token offset; overrides the time mapping when given.
+        tokens_per_second: speaking rate from ``t_q`` on; the cut is the tokens fully spoken by ``t_i``.
+
+    Raises:
+        ValueError: on a negative offset or rate, or a sample without the two times.
+    """
+    if cut_tokens is not None:
+        if cut_tokens < 0:
+            raise ValueError(f"cut_tokens must be >= 0, got {cut_tokens}")
+        return int(cut_tokens)
+    if tokens_per_second <= 0:
+        raise ValueError(f"tokens_per_second must be positive, got {tokens_per_second}")
+    meta = sample.meta
+    if "question_time" not in meta or "interruption_time" not in meta:
+        raise ValueError(f"{sample.id}: meta lacks question_time / interruption_time; pass cut_tokens")
+    spoken = (float(meta["interruption_time"]) - float(meta["question_time"])) * tokens_per_second
+    return max(0, math.floor(spoken + _EPS))
+
+
+def prepare_inputs(adapter: QwenVLAdapter, sample: Sample) -> SimulationInputs:
+    """Render and process the prompt of step (a) and the appended turn of step (c).
+
+    The adapter renders the conversation with an empty answer; the text before the answer is the prefix
+    and the text after it (from the end-of-turn on) is what is appended, with the media that follow.
+
+    Raises:
+        ValueError: when the sample is not question → answer → interruption → reaction, or the adapter's
+            rendering of the full conversation does not start with its rendering of the prompt.
+    """
+    question, _, interruption, reference = _check_shape(sample)
+    empty_answer = Turn("assistant", [Part.txt("")], loss=False)
+    prefix = adapter.render(_with_turns(sample, [question, reference]), for_generation=True)
+    full = adapter.render(
+        _with_turns(sample, [question, empty_answer, interruption, reference]), for_generation=True
+    )
+    if not full.text.startswith(prefix.text):
+        raise ValueError(f"{sample.id}: the adapter's rendering is not prefix-stable; cannot append a turn")
+    appended = Rendered(
+        text=full.text[len(prefix.text) :],
+        videos=full.videos[len(prefix.videos) :],
+        video_metadata=full.video_metadata[len(prefix.video_metadata) :],
+        images=full.images[len(prefix.images) :],
+    )
+    spans = [(float(p.start), float(p.end)) for p in interruption.parts if p.type == "video"]
+    return SimulationInputs(
+        prefix=dict(adapter.batch([prefix], padding_side="left")),
+        appended=dict(adapter.batch([appended], padding_side="left")),
+        appended_rendered=appended,
+        appended_video_spans=spans,
+    )
+
+
+@torch.inference_mode()
+def simulate_interruption(
+    model,
+    adapter: QwenVLAdapter,
+    sample: Sample,
+    *,
+    cut_tokens: int | None = None,
+    tokens_per_second: float = DEFAULT_TOKENS_PER_SECOND,
+    max_new_tokens: int = 128,
+    continue_from_cache: bool = True,
+) -> SimulationResult:
+    """Run the offline interruption simulation on one OVI sample (greedy decoding, batch of one).
+
+    Media placeholder tokens are never chosen while decoding: fed back inside the answer they would be read
+    as media slots. Otherwise the answer is exactly what ``generate`` gives greedily.
+
+    Args:
+        model: a Qwen2.5-VL-style model (a PEFT wrapper is fine), in eval mode.
+        adapter: renders and processes the sample (the one used for training and evaluation).
+        sample: question → answer → interruption → reaction; the answer and reaction texts are not used.
+        cut_tokens: interrupt after this many answer tokens; when None, ``interruption_time`` is mapped to
+            tokens at ``tokens_per_second`` (see :func:`interruption_cut`).
+        tokens_per_second: the speaking rate of the time mapping.
+        max_new_tokens: the reaction's length limit.
+        continue_from_cache: reuse the key/value cache of steps (a)+(b) and encode only the appended tokens;
+            False re-encodes the whole conversation.
+
+    Returns:
+        The truncated answer, the reaction, their ids, token counts and timings.
+    """
+    cut = interruption_cut(sample, cut_tokens, tokens_per_second)
+    inputs = prepare_inputs(adapter, sample)
+    decoder = _GreedyDecoder(model, adapter)
+    prefix = _to_device(inputs.prefix, decoder.device)
+    appended = _to_device(inputs.appended, decoder.device)
+
+    start = time.perf_counter()
+    logits = decoder.encode(prefix, positions=decoder.positions(prefix), cache=None)
+    answer_ids, finished = decoder.decode(logits, cut)
+    middle = time.perf_counter()
+
+    ids = prefix["input_ids"]
+    full = _join([prefix, _text_piece(answer_ids, ids), appended])
+    all_positions = decoder.positions(full)
+    if continue_from_cache:
+        # A cut answer's last token was sampled but never fed; an answer that ended was fed whole (its
+        # end-of-turn token is dropped: the appended piece starts with one).
+        unfed = [] if finished else answer_ids[-1:]
+        pending = _join([_text_piece(unfed, ids), appended])
+        cached = full["input_ids"].shape[1] - pending["input_ids"].shape[1]
+        positions = _slice_positions(all_positions, cached)
+        logits = decoder.encode(pending, positions=positions, cache=decoder.cache)
+        encoded = pending["input_ids"].shape[1]
+    else:
+        logits = decoder.encode(full, positions=all_positions, cache=None)
+        encoded = full["input_ids"].shape[1]
+    encoded_at = time.perf_counter()
+    reaction_ids, _ = decoder.decode(logits, max_new_tokens)
+    end = time.perf_counter()
+
+    return SimulationResult(
+        truncated_answer=_decode(adapter, answer_ids),
+        reaction=_decode(adapter, reaction_ids),
+        answer_ids=answer_ids,
+        reaction_ids=reaction_ids,
+        cut_tokens=cut,
+        answer_finished=finished,
+        prompt_tokens=prefix["input_ids"].shape[1],
+        appended_tokens=appended["input_ids"].shape[1],
+        appended_video_spans=inputs.appended_video_spans,
+        encoded_tokens=encoded,
+        answer_seconds=middle - start,
+        continuation_seconds=end - middle,
+        first_reaction_seconds=encoded_at - middle,
+        continue_from_cache=continue_from_cache,
+    )
+
+
+class _GreedyDecoder:
+    """Greedy decoding with explicit positions and one key/value cache (batch of one)."""
+
+    def __init__(self, model, adapter: QwenVLAdapter):
+        self.model = model
+        self.device = model.device
+        self.cache = None
+        self.next_position = 0  # the (text) position of the next token fed
+        self._rope_index = _find_rope_index(model)
+        self.eos_ids = _stop_ids(model, adapter)
+        suppressed = [getattr(model.config, name, None) for name in _PLACEHOLDER_ATTRS]
+        self.suppressed = torch.tensor([i for i in suppressed if i is not None], dtype=torch.long)
+
+    def positions(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Position ids of every token of ``batch`` (a whole conversation from its first token).
+
+        Returns:
+            ``(3, 1, length)`` multimodal RoPE ids from the model's ``get_rope_index``, or ``(1, length)``
+            plain ids for a model without one.
+        """
+        ids = batch["input_ids"]
+        if self._rope_index is None:
+            return torch.arange(ids.shape[1], device=ids.device)[None]
+        grids = {k: batch[k] for k in _GRID_KEYS if k in batch}
+        positions, _ = self._rope_index(ids, mm_token_type_ids=batch["mm_token_type_ids"], **grids)
+        return positions
+
+    def encode(self, batch: dict[str, torch.Tensor], positions: torch.Tensor, cache) -> torch.Tensor:
+        """Run ``batch`` through the model on top of ``cache`` (None: from scratch); last-token logits."""
+        inputs = {k: v for k, v in batch.items() if k not in ("attention_mask", "mm_token_type_ids")}
+        out = self.model(**inputs, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
+        self.cache = out.cache
+        # Text continues from the last token's position, as get_rope_index places text (chunks end in
+        # text). Not from the largest id so far, as generate's rope_deltas do: under the installed
+        # get_rope_index a video's temporal ids may run past the text that follows it, and then the two
+        # disagree; ids of decoded tokens must equal the ids the same tokens get when re-encoded.
+        self.next_position = int(positions[..., -1].max()) + 1
+        return out.logits[:, -1]
+
+    def decode(self, logits: torch.Tensor, limit: int) -> tuple[list[int], bool]:
+        """Up to ``limit`` greedy tokens from ``logits`` on; whether an end-of-turn token stopped it.
+
+        The last token returned is not fed to the model (a caller continuing from the cache feeds it).
+        """
+        tokens: list[int] = []
+        while len(tokens) < limit:
+            if len(self.suppressed):
+                logits = logits.index_fill(-1, self.suppressed.to(logits.device), float("-inf"))
+            token = int(logits.argmax(-1))  # the first of equal maxima, as Hugging Face's greedy search
+            if token in self.eos_ids:
+                return tokens, True
+            tokens.append(token)
+            if len(tokens) < limit:
+                logits = self._step(token)
+        return tokens, False
+
+    def _step(self, token: int) -> torch.Tensor:
+        """Feed one token at the next text position (the same on all three RoPE axes); its logits."""
+        ids = torch.tensor([[token]], device=self.device)
+        position = torch.full((3, 1, 1), self.next_position, device=self.device)
+        if self._rope_index is None:
+            position = position[0]
+        out = self.model(
+            input_ids=ids, position_ids=position, cache=self.cache, use_cache=True, logits_to_keep=1
+        )
+        self.cache = out.cache
+        self.next_position += 1
+        return out.logits[:, -1]
+
+
+def _stop_ids(model, adapter: QwenVLAdapter) -> set[int]:
+    """Where greedy decoding stops: the generation config's end tokens and the tokenizer's (end of turn)."""
+    ids = model.generation_config.eos_token_id
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    tokenizer_eos = adapter.processor.tokenizer.eos_token_id
+    return {*ids, *([] if tokenizer_eos is None else [tokenizer_eos])}
+
+
+def _find_rope_index(model):
+    """The model's multimodal ``get_rope_index`` (it sits on the inner model, under any PEFT wrapper)."""
+    for module in model.modules():
+        if callable(getattr(module, "get_rope_index", None)):
+            return module.get_rope_index
+    return None
+
+
+def _check_shape(sample: Sample) -> list[Turn]:
+    roles = [turn.role for turn in sample.turns]
+    if roles != ["user", "assistant", "user", "assistant"]:
+        raise ValueError(
+            f"{sample.id}: the simulation needs question, answer, interruption, reaction turns; got {roles}"
+        )
+    return sample.turns
+
+
+def _with_turns(sample: Sample, turns: list[Turn]) -> Sample:
+    return Sample(sample.id, sample.task, turns, sample.source, sample.source_id, sample.segment, sample.meta)
+
+
+def _to_device(batch: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def _text_piece(ids: list[int], like: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Generated text tokens as a processor-batch piece (no media)."""
+    tokens = torch.tensor([ids], dtype=like.dtype, device=like.device)
+    return {"input_ids": tokens, "attention_mask": torch.ones_like(tokens), "mm_token_type_ids": 0 * tokens}
+
+
+def _join(pieces: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Processor-batch pieces one after the other: tokens along the sequence, media items in order."""
+    out = {}
+    for key in dict.fromkeys(k for piece in pieces for k in piece):
+        parts = [piece[key] for piece in pieces if key in piece]
+        out[key] = torch.cat(parts, dim=1 if key in _TOKEN_KEYS else 0)
+    return out
+
+
+def _slice_positions(positions: torch.Tensor, start: int) -> torch.Tensor:
+    """The position ids of the tokens from ``start`` on (the last axis is the sequence)."""
+    return positions[..., start:]
+
+
+def _decode(adapter: QwenVLAdapter, ids: list[int]) -> str:
+    return adapter.decode_generated(torch.tensor([ids], dtype=torch.long), 0)[0]

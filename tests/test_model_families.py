@@ -1,0 +1,214 @@
+"""Every model family: tiny checkpoint, labels on trained text only, one prompt for training and generation,
+and a LoRA run through the recipe with both benchmarks evaluated before and after."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from PIL import Image
+
+from data_builders.media import FrameCache, MediaSpec
+from data_builders.sample import Part, Sample, Turn
+from data_builders.video_io import write_mp4
+from train.adapter import CHAT_FORMATS, IGNORE_INDEX, make_adapter
+from train.config import ModelConfig, register_configs
+from train.errors import ConfigError
+from train.tiny_model import FAMILIES, build_tiny_checkpoint
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+ANSWER = "Okay, I'll stop here."
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """family → tiny checkpoint directory, built on first use."""
+    root = tmp_path_factory.mktemp("family_models")
+    return lambda family: build_tiny_checkpoint(root / family, family=family)
+
+
+@pytest.fixture(scope="module")
+def adapters(checkpoints, tmp_path_factory):
+    from transformers import AutoProcessor
+
+    cache = FrameCache(tmp_path_factory.mktemp("cache"))
+    media = MediaSpec(num_frames=4)
+
+    def adapter(family: str):
+        return make_adapter(family, AutoProcessor.from_pretrained(checkpoints(family)), media, cache)
+
+    return adapter
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory):
+    """An OVI-like sample (video, question, VP image → partial answer without loss → more video and an
+    interruption → reaction with loss) and a short one, so a batch has padding."""
+    root = tmp_path_factory.mktemp("media")
+    frames = np.random.default_rng(0).integers(0, 255, (16, 112, 112, 3), dtype=np.uint8)
+    write_mp4(root / "v.mp4", frames, fps=8.0)
+    Image.fromarray(frames[0][:, :84]).save(root / "vp.jpg")
+    video = str(root / "v.mp4")
+    turns = [
+        Turn("user", [Part.video(video, 0, 1), Part.txt("What moves?"), Part.image(str(root / "vp.jpg"))]),
+        Turn("assistant", [Part.txt("A red circle moves")], loss=False),
+        Turn("user", [Part.video(video, 1, 2), Part.txt("Stop, never mind.")]),
+        Turn("assistant", [Part.txt(ANSWER)], loss=True),
+    ]
+    short = [
+        Turn("user", [Part.video(video, 0, 2), Part.txt("Hi")]),
+        Turn("assistant", [Part.txt("Yes")], loss=True),
+    ]
+    return [
+        Sample("ovi", "ovi", turns, "test", "v", (0.0, 2.0)),
+        Sample("short", "ovi", short, "test", "v", (0.0, 2.0)),
+    ]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_labels_cover_exactly_the_trained_assistant_text(family, adapters, samples):
+    adapter = adapters(family)
+    batch = adapter.training_batch([adapter.render(s, for_generation=False) for s in samples])
+    rows = zip(batch["input_ids"], batch["labels"], strict=True)
+    supervised = [adapter.processor.tokenizer.decode(ids[labels != IGNORE_INDEX]) for ids, labels in rows]
+    assert supervised == [f"{ANSWER}<|im_end|>", "Yes<|im_end|>"]
+    pad = batch["attention_mask"] == 0
+    assert pad.any() and (batch["labels"][pad] == IGNORE_INDEX).all()
+    # The processor expanded every placeholder into vision tokens and returned the pixels.
+    assert any(key.startswith("pixel_values") for key in batch)
+    assert len(batch["input_ids"][0]) > 100
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generation_prompt_is_the_training_text_up_to_the_answer(family, adapters, samples):
+    adapter = adapters(family)
+    train_text = adapter.render(samples[0], for_generation=False).text
+    prompt = adapter.render(samples[0], for_generation=True).text
+    assert prompt.endswith("<|im_start|>assistant\n")
+    assert train_text[len(prompt) :] == f"{ANSWER}<|im_end|>\n" and train_text.startswith(prompt)
+    assert prompt.count(CHAT_FORMATS[family].video) == 2 and prompt.count(CHAT_FORMATS[family].image) == 1
+
+
+REAL_CHECKPOINTS = {
+    "qwen2_vl_7b": "Qwen/Qwen2-VL-7B-Instruct",
+    "qwen2_5_vl_7b": "Qwen/Qwen2.5-VL-7B-Instruct",
+    "qwen3_vl_8b": "Qwen/Qwen3-VL-8B-Instruct",
+    "llava_onevision_7b": "llava-hf/llava-onevision-qwen2-7b-ov-hf",
+    "internvl_8b": "OpenGVLab/InternVL3-8B-hf",
+}
+
+
+def test_every_family_has_a_chat_format_a_tiny_config_and_a_real_config():
+    assert set(CHAT_FORMATS) == set(FAMILIES)
+    for family in FAMILIES:
+        assert (CONF / "model" / f"tiny_{family}.yaml").exists()
+        assert any(name.startswith(f"{family}_") for name in REAL_CHECKPOINTS)
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (CONF / "model").glob("*.yaml")))
+def test_every_model_config_names_its_family(name):
+    model = _compose("train", [f"model={name}"]).model
+    if model.tiny:
+        assert name == f"tiny_{model.family}"
+    else:
+        assert model.name_or_path == REAL_CHECKPOINTS[name] and name.startswith(f"{model.family}_")
+    assert model.family in CHAT_FORMATS
+
+
+def test_unknown_family_and_a_family_that_is_not_the_checkpoints_fail_clearly(checkpoints):
+    from train.models import FamilyMismatch, load_model
+
+    with pytest.raises(ConfigError, match="model.family='qwen4'"):
+        make_adapter("qwen4", None, MediaSpec(), FrameCache(None))
+    with pytest.raises(ConfigError, match="needs media.num_frames"):
+        make_adapter("internvl", None, MediaSpec(num_frames=None, fps=1.0), FrameCache(None))
+    with pytest.raises(FamilyMismatch, match="set model.family=qwen2_vl"):
+        load_model(ModelConfig(name_or_path=str(checkpoints("qwen2_vl")), family="qwen3_vl"))
+
+
+def _compose(name: str, overrides: list[str]):
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        return OmegaConf.to_object(compose(name, overrides=overrides))
+
+
+def _tiny_run_config(output_root: Path, family: str):
+    """The quickstart cut to the bone: 2 LoRA steps, one save, 2 items per benchmark."""
+    return _compose(
+        "train",
+        [
+            "+exp=quickstart",
+            f"model=tiny_{family}",
+            f"output_root={output_root}",
+            f"run_name={family}",
+            "trainer.max_steps=2",
+            "trainer.save_steps=2",
+            "trainer.batch_size=2",
+            "trainer.logging_steps=1",
+            "data.synthetic.train_videos=2",
+            "data.synthetic.eval_videos=2",
+            "data.synthetic.vp_questions_per_video=1",
+            "eval.limit=2",
+            "eval.max_new_tokens_open=8",
+            "logger.wandb=false",
+        ],
+    )
+
+
+def _eval_config(train_cfg, checkpoint: Path):
+    """``python -m eval`` of a saved checkpoint with the training run's model, media and benchmarks."""
+    return _compose(
+        "eval",
+        [
+            f"model=tiny_{train_cfg.model.family}",
+            f"model.name_or_path={train_cfg.model.name_or_path}",
+            f"adapter={checkpoint}",
+            f"output_root={Path(train_cfg.run_dir) / 'standalone_eval'}",
+            "data.build_synthetic=false",
+            f"eval.v2p_root={train_cfg.eval.v2p_root}",
+            f"eval.ovi_root={train_cfg.eval.ovi_root}",
+            "eval.limit=2",
+            "eval.max_new_tokens_open=8",
+            f"media.max_pixels={train_cfg.media.max_pixels}",
+            f"media.image_max_pixels={train_cfg.media.image_max_pixels}",
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory):
+    """One output root for every family's run: the synthetic build and the frame cache are shared."""
+    return tmp_path_factory.mktemp("family_runs")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_lora_steps_through_the_recipe_then_both_benchmarks(family, runs_root):
+    from eval.run import run as run_eval
+    from train.recipe import run
+
+    cfg = _tiny_run_config(runs_root, family)
+    result = run(cfg)
+    summary = json.loads((Path(cfg.run_dir) / "summary.json").read_text())
+    assert summary == result.summary
+    assert [c["name"] for c in summary["checkpoints"]] == ["checkpoint-2"]
+    for bench, metric in (("v2p", "accuracy"), ("ovi", "ca")):
+        point = summary["benchmarks"][bench]["metrics"][metric]["checkpoints"]["checkpoint-2"]
+        assert 0.0 <= point["value"] <= 1.0
+    trainable = [n for n, p in result.model.named_parameters() if p.requires_grad]
+    assert any("lora_A" in n for n in trainable)
+    log = json.loads((Path(cfg.run_dir) / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text())
+    assert all(np.isfinite(entry["loss"]) for entry in log["log_history"] if "loss" in entry)
+
+    # python -m eval on the saved checkpoint renders the same prompts: the same greedy answers.
+    checkpoint = Path(cfg.run_dir) / "checkpoints" / "checkpoint-2"
+    eval_cfg = _eval_config(cfg, checkpoint)
+    run_eval(eval_cfg)
+    for bench in ("v2p", "ovi"):
+        during = Path(cfg.run_dir, "eval", "checkpoint-2", f"{bench}.jsonl").read_text().splitlines()
+        after = Path(eval_cfg.run_dir, "eval", "checkpoint-2", f"{bench}.jsonl").read_text().splitlines()
+        assert [json.loads(x)["prediction"] for x in during] == [json.loads(x)["prediction"] for x in after]
