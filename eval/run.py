@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from data_builders.build import build_synthetic
-from data_builders.media import FrameCache
+from data_builders.media import FrameCache, MediaSpec
 from eval.evaluator import Evaluator
 from eval.metric_logging import make_logger
 from train.adapter import make_adapter
@@ -20,6 +21,8 @@ def run(cfg: EvalRunConfig) -> dict:
 
     Open-ended OVIBench items are scored by ``cfg.judge`` when its backend is not ``none``.
     """
+    if cfg.adapter:
+        cfg.media = _training_media(Path(cfg.adapter), cfg.media)
     if cfg.data.build_synthetic:
         paths = build_synthetic(cfg.data.synthetic)
         cfg.eval.v2p_root = cfg.eval.v2p_root or str(paths.v2p_bench)
@@ -50,3 +53,22 @@ def run(cfg: EvalRunConfig) -> dict:
         return evaluator.evaluate(model, adapter, name, step=0)
     finally:
         logger.finish()
+
+
+def _training_media(checkpoint: Path, configured: MediaSpec) -> MediaSpec:
+    """The media spec the checkpoint was trained with, when its run's resolved config is beside it.
+
+    A model is scored on frames sampled the way it was trained on; a configured spec that differs is
+    replaced, loudly, rather than drifting silently.
+    """
+    resolved = checkpoint.parent.parent / "resolved_config.yaml"
+    if not resolved.exists():
+        return configured
+    trained = MediaSpec(**OmegaConf.to_container(OmegaConf.load(resolved).media))
+    if trained.fingerprint != configured.fingerprint:
+        warnings.warn(
+            f"evaluating {checkpoint} with its training run's media spec ({resolved}, fingerprint "
+            f"{trained.fingerprint}) instead of the configured one ({configured.fingerprint})",
+            stacklevel=2,
+        )
+    return trained

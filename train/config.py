@@ -21,7 +21,7 @@ class ModelConfig:
 
     name_or_path: str = "???"  # hub name or local checkpoint directory
     family: str = "qwen2_5_vl"  # qwen2_vl | qwen2_5_vl | qwen3_vl | llava_onevision | internvl
-    tiny: bool = False  # build a tiny random Qwen2.5-VL at name_or_path if absent (tests, quickstart)
+    tiny: bool = False  # build a tiny random model of `family` at name_or_path if absent (tests, quickstart)
     dtype: str = "auto"  # auto: bf16 on GPUs that have it, else fp32
     attn_implementation: str = "sdpa"
     trust_remote_code: bool = False  # never run a checkpoint's own code unless asked to

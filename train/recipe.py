@@ -24,6 +24,9 @@ from train.data import Collator, SampleDataset, check_media, load_samples, quara
 from train.errors import ConfigError
 from train.models import load_model
 
+# Module names of the vision towers of the supported families (Qwen-VL, LLaVA-OneVision, InternVL).
+VISION_TOWERS = (".visual.", ".vision_tower.", ".vision_model.")
+
 
 def apply_peft(model, cfg: PeftConfig):
     """Wrap the model for LoRA, or mark parameters trainable for full fine-tuning."""
@@ -40,7 +43,7 @@ def apply_peft(model, cfg: PeftConfig):
         return get_peft_model(model, lora)
     if cfg.method == "full":
         for name, param in model.named_parameters():
-            param.requires_grad = cfg.train_vision or ".visual." not in f".{name}"
+            param.requires_grad = cfg.train_vision or not any(v in f".{name}" for v in VISION_TOWERS)
         return model
     raise ConfigError(f"peft.method must be 'lora' or 'full', got {cfg.method!r}")
 

@@ -1,0 +1,66 @@
+"""The DeepSpeed config, derived from the Hydra trainer config (never a JSON file of its own).
+
+Batch sizes, gradient accumulation, clipping, precision and the optimizer's hyper-parameters are
+``"auto"``: the HF Trainer fills them from its own arguments, which come from ``TrainerConfig``, so the
+two can never disagree. Only what DeepSpeed alone knows (the ZeRO stage, offload) is set here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from train.config import TrainerConfig
+from train.errors import ConfigError
+
+ZERO_STAGES = (2, 3)
+
+
+def deepspeed_config(cfg: TrainerConfig) -> dict[str, Any] | None:
+    """The DeepSpeed config for ``TrainingArguments(deepspeed=...)``, or None without ZeRO.
+
+    Raises:
+        ConfigError: on a ZeRO stage other than 2 or 3, or offload without ZeRO.
+    """
+    if cfg.zero is None:
+        if cfg.offload:
+            raise ConfigError("trainer.offload needs trainer.zero (2 or 3): offload is a ZeRO feature")
+        return None
+    if cfg.zero not in ZERO_STAGES:
+        raise ConfigError(f"trainer.zero must be one of {ZERO_STAGES} or null, got {cfg.zero!r}")
+    config: dict[str, Any] = {
+        "train_batch_size": "auto",
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "gradient_clipping": "auto",
+        "bf16": {"enabled": "auto"},
+        "fp16": {"enabled": "auto"},
+        "zero_optimization": _zero_section(cfg),
+        "steps_per_print": 10**9,  # the Trainer logs the loss; DeepSpeed's own prints only add noise
+    }
+    if cfg.offload:
+        # An offloaded optimizer steps on the CPU, which only DeepSpeed's CPU Adam does efficiently (and
+        # DeepSpeed refuses the Trainer's torch AdamW there): name it, with the Trainer's values.
+        config["optimizer"] = {
+            "type": "AdamW",
+            "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
+        }
+    return config
+
+
+def _zero_section(cfg: TrainerConfig) -> dict[str, Any]:
+    zero: dict[str, Any] = {"stage": cfg.zero, "overlap_comm": False, "contiguous_gradients": True}
+    if cfg.zero == 3:
+        # Gather the partitioned weights when saving, so checkpoints and final/ hold ordinary weights that
+        # `python -m eval` and from_pretrained load without DeepSpeed.
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+    if cfg.offload:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": False}
+    return zero
+
+
+def write_deepspeed_config(config: dict[str, Any] | None, run_dir: str | Path) -> None:
+    """Record the config as ``<run_dir>/deepspeed.json`` (before the Trainer fills in the "auto"s)."""
+    if config is not None:
+        (Path(run_dir) / "deepspeed.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -1,0 +1,67 @@
+"""Rank helpers that work the same in one process and under torchrun / the deepspeed launcher.
+
+Before the HF Trainer sets up the process group (it does so lazily), the launcher's environment
+variables tell each process who it is; afterwards ``torch.distributed`` does. Every helper is a no-op
+(rank 0 of 1) in a plain single-process run.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch.distributed as dist
+
+
+def _initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    """This process's global rank (0 when not distributed)."""
+    return dist.get_rank() if _initialized() else int(os.environ.get("RANK", 0))
+
+
+def world_size() -> int:
+    """The number of processes in the run (1 when not distributed)."""
+    return dist.get_world_size() if _initialized() else int(os.environ.get("WORLD_SIZE", 1))
+
+
+def is_main() -> bool:
+    """Whether this process writes the run's shared files (summary, report, W&B): rank 0 only."""
+    return rank() == 0
+
+
+def barrier() -> None:
+    """Wait for every rank (nothing to wait for without a process group)."""
+    if _initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def broadcast(value: Any) -> Any:
+    """Rank 0's ``value`` on every rank (a picklable object)."""
+    if not _initialized() or dist.get_world_size() == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather(value: Any) -> list[Any]:
+    """Every rank's ``value``, in rank order, on every rank (a picklable object)."""
+    if not _initialized() or dist.get_world_size() == 1:
+        return [value]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value)
+    return out
+
+
+def shutdown() -> None:
+    """Destroy the process group, if any.
+
+    Without this, a multi-process run that finished its work is now and then aborted at interpreter exit
+    (the process group's threads torn down in an arbitrary order); the last rank to leave then fails the
+    launch although every result is on disk.
+    """
+    if _initialized():
+        dist.destroy_process_group()
