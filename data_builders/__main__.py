@@ -3,6 +3,8 @@
 python -m data_builders builder=synthetic builder.root=data/synthetic
 python -m data_builders builder=ovi_train builder.captions=/data/activitynet/train.json \\
     builder.videos=/data/activitynet/videos builder.out=data/ovi_train
+python -m data_builders builder=ovi_train ... builder.questions.backend=endpoint \\
+    builder.questions.base_url=http://localhost:8000/v1 builder.questions.model=NAME
 python -m data_builders builder=vp_sft builder.world=data/tracks_world builder.out=data/v2p_sft \\
     builder.qc.blind=endpoint builder.qc.base_url=http://localhost:8000/v1 builder.qc.model=NAME
 python -m data_builders builder=export builder.dataset=data/v2p_sft/hf builder.format=swift \\
@@ -52,6 +54,7 @@ def _ovi_train(cfg: OviTrainBuild) -> None:
         source=cfg.source,
         source_format=cfg.format,
         source_options=dict(cfg.source_options),
+        questions=cfg.questions,
     )
     print(f"ovi_train: {out}")
 

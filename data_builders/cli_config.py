@@ -17,6 +17,7 @@ from omegaconf import MISSING
 
 from data_builders.build import SyntheticDataConfig
 from data_builders.qc import QcConfig
+from data_builders.questions import QuestionConfig
 
 
 @dataclass
@@ -39,6 +40,8 @@ class OviTrainBuild:
     # the reader's options, e.g. {subset: training} (youcook2), {window_s: 10} (moviechat)
     source_options: dict[str, Any] = field(default_factory=dict)
     source: str | None = None  # the source name stored in each row; None: the format's name
+    # question generation: backend template (default) | endpoint | hf, model, base_url, cache, frames ...
+    questions: QuestionConfig = field(default_factory=QuestionConfig)
 
 
 @dataclass

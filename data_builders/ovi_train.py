@@ -1,15 +1,18 @@
 """OVI-Train (and the synthetic OVIBench) from ActivityNet-Captions-format annotations.
 
-Following the paper's pipeline, with templates where it uses a VLM: caption segments are the scenes;
-each scene gets a question whose answer is grounded in the segment (the question arrives at the
-segment's end, so the evidence has been seen); the answer is cut at a word offset between 30% and
-70%, and an interruption of one of the three types is inserted there, timed at a fixed speaking
-rate. The reference reaction is a stop acknowledgement (Cancellation), the rest of the answer
-(False Trigger) or the answer to the corrected question (Correction). Each instance is written in
-open and/or multiple-choice form, as rows of :mod:`data_builders.ovi_format`.
+Following the paper's pipeline: caption segments are the scenes; each scene gets a question whose
+answer is grounded in the segment, from templates (the default) or a VLM/LLM (see
+:mod:`data_builders.questions`). The question arrives at the segment's end, so the evidence has been
+seen; the answer is cut at a word offset between 30% and 70%, and an interruption of one of the three
+types is inserted there, timed at a fixed speaking rate. The reference reaction is a stop
+acknowledgement (Cancellation), the rest of the answer (False Trigger) or the answer to the corrected
+question (Correction). Each instance is written in open and/or multiple-choice form, as rows of
+:mod:`data_builders.ovi_format`.
 
-Objects are found with a closed colour/shape vocabulary (the synthetic world's captions, and simple
-real ones such as "a red circle ..."); other captions get time-window questions only.
+With templates, objects are found with a closed colour/shape vocabulary (the synthetic world's
+captions, and simple real ones such as "a red circle ..."); other captions get time-window questions
+only. A Correction switches to another question of the same kind: another object, another time
+window, or another source or generated question.
 
 The source readers (ActivityNet, QVHighlights, YouCook2, UCF-Crime, MovieChat; chosen by
 ``source_format``) and the caption model live in :mod:`data_builders.sources`; the ActivityNet reader
@@ -19,7 +22,6 @@ breakpoint QA) is asked that question, and a correction to it asks another such 
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +33,17 @@ import numpy as np
 from data_builders.errors import DataError, SettingError
 from data_builders.files import crosstab_markdown, link_or_copy, save_samples, write_reports
 from data_builders.ovi_format import FORMATS, LETTERS, OVI_TYPES, load_ovibench, write_ovibench
+from data_builders.questions import (  # noqa: F401  (the vocabularies are re-exported)
+    COLOUR_WORDS,
+    QA,
+    SHAPE_WORDS,
+    QuestionConfig,
+    QuestionContext,
+    QuestionGenerator,
+    TemplateQuestions,
+    make_question_generator,
+    video_questions,
+)
 from data_builders.sources import read_source
 from data_builders.sources.activitynet import load_activitynet_captions  # noqa: F401  (re-exported)
 from data_builders.sources.captions import Caption, CaptionedVideo
@@ -60,32 +73,6 @@ CORRECTION_OBJECT = (
 CORRECTION_TIME = ("Sorry, I meant between {} s and {} s.", "Wait, I meant the part from {} s to {} s.")
 CORRECTION_QUESTION = ("Sorry, I meant to ask: {}", "Wait, my question is actually: {}")
 _FALLBACK_DISTRACTORS = ("I can't tell from the video.", "Could you repeat the question?")
-# Closed vocabularies for spotting objects in captions ("a red circle", "the blue car").
-COLOUR_WORDS = tuple("red orange yellow green blue purple pink brown black white grey".split())
-SHAPE_WORDS = tuple("circle square triangle rectangle star diamond hexagon ball box car".split())
-_MENTION = re.compile(rf"\b(?:a|an|the) ((?:{'|'.join(COLOUR_WORDS)}) (?:{'|'.join(SHAPE_WORDS)}))\b", re.I)
-
-
-def _as_sentence(text: str) -> str:
-    return text[0].upper() + text[1:] + "."
-
-
-def _secs(value: float) -> str:
-    return f"{value:.1f}"
-
-
-@dataclass(frozen=True)
-class _QA:
-    """A template question, its answer, and the evidence the answer rests on."""
-
-    question: str
-    answer: str
-    captions: frozenset[int]  # indices of the captions the answer is built from
-    names: frozenset[str]  # objects the answer mentions
-    end: float  # when all its evidence has been seen
-    name: str | None = None  # the object asked about; None for a time-window question
-    window: tuple[str, str] = ("", "")  # the time window asked about, for a time-window question
-    own: bool = False  # the source's own question (Caption.question), not a template
 
 
 @dataclass(frozen=True)
@@ -94,60 +81,11 @@ class _Scene:
 
     video: CaptionedVideo
     caption: Caption
-    qa: _QA
-    video_qas: tuple[_QA, ...]  # every question the video supports: corrections and wrong options
+    qa: QA
+    video_qas: tuple[QA, ...]  # every question the video supports: corrections and wrong options
 
 
-def _mentions(sentence: str) -> frozenset[str]:
-    return frozenset(m.group(1).lower() for m in _MENTION.finditer(sentence))
-
-
-def _video_qas(video: CaptionedVideo) -> list[_QA]:
-    """A time-window question per distinct window, and "Describe what the X does." per object.
-
-    Captions sharing a window are answered together; an object is described by its longest caption.
-    A caption with its own question (a source QA pair) is asked that question instead, on its own.
-    """
-    windows: dict[tuple[str, str], list[Caption]] = {}
-    for cap in video.captions:
-        if cap.question is None:
-            windows.setdefault((_secs(cap.start), _secs(cap.end)), []).append(cap)
-    qas = [_own_qa(cap) for cap in video.captions if cap.question is not None]
-    for (start, end), caps in windows.items():
-        question = f"What happens in the video between {start} s and {end} s?"
-        answer = _as_sentence(" and ".join(c.sentence for c in caps))
-        names = frozenset().union(*(_mentions(c.sentence) for c in caps))
-        qas.append(
-            _QA(question, answer, frozenset(c.index for c in caps), names, caps[0].end, window=(start, end))
-        )
-    longest: dict[str, Caption] = {}
-    for cap in video.captions:
-        for name in _mentions(cap.sentence):
-            if name not in longest or cap.end - cap.start > longest[name].end - longest[name].start:
-                longest[name] = cap
-    for name, cap in longest.items():
-        text = _MENTION.sub(lambda m: "the " + m.group(1).lower(), cap.sentence, count=1)
-        answer = _as_sentence(text)
-        qas.append(
-            _QA(
-                f"Describe what the {name} does.",
-                answer,
-                frozenset([cap.index]),
-                _mentions(answer),
-                cap.end,
-                name,
-            )
-        )
-    return qas
-
-
-def _own_qa(cap: Caption) -> _QA:
-    """A source's QA pair: the caption's own question, answered by its sentence."""
-    answer = _as_sentence(cap.sentence)
-    return _QA(cap.question, answer, frozenset([cap.index]), _mentions(answer), cap.end, own=True)
-
-
-def _scenes(video: CaptionedVideo, qas: list[_QA], rng: np.random.Generator) -> list[_Scene]:
+def _scenes(video: CaptionedVideo, qas: list[QA], rng: np.random.Generator) -> list[_Scene]:
     """One question per distinct caption window: about the window, or (half the time) an object in it."""
     by_index = {cap.index: cap for cap in video.captions}
     scenes = []
@@ -158,7 +96,7 @@ def _scenes(video: CaptionedVideo, qas: list[_QA], rng: np.random.Generator) -> 
     return scenes
 
 
-def _correction(scene: _Scene, t_i: float, rng: np.random.Generator) -> tuple[str, _QA] | None:
+def _correction(scene: _Scene, t_i: float, rng: np.random.Generator) -> tuple[str, QA] | None:
     """A switch to another question of the same kind, answerable from the video up to ``t_i``."""
     asked = scene.qa
     candidates = [
@@ -174,7 +112,7 @@ def _correction(scene: _Scene, t_i: float, rng: np.random.Generator) -> tuple[st
     qa = candidates[int(rng.integers(len(candidates)))]
     if qa.name is not None:
         return _pick(CORRECTION_OBJECT, rng).format(qa.name), qa
-    if qa.own:
+    if qa.kind != "window":  # the source's own question, or a generated one
         return _pick(CORRECTION_QUESTION, rng).format(qa.question), qa
     return _pick(CORRECTION_TIME, rng).format(*qa.window), qa
 
@@ -250,7 +188,7 @@ def _instance(
 
 
 def _distractors(
-    scene: _Scene, right: str, rest: str, corrected: _QA | None, rng: np.random.Generator
+    scene: _Scene, right: str, rest: str, corrected: QA | None, rng: np.random.Generator
 ) -> list[str]:
     """Three wrong continuations: what the other types would have said, and a restart from scratch.
 
@@ -293,6 +231,7 @@ def build_ovi_items(
     video_prefix: str = "videos",
     source_format: str = "activitynet",
     source_options: Mapping[str, Any] | None = None,
+    questions: QuestionGenerator | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Build OVIBench-format rows from a source's annotations and the videos under ``videos_dir``.
 
@@ -307,26 +246,29 @@ def build_ovi_items(
             defaults to ``source_format``.
         video_prefix: rows store ``<video_prefix>/<video file>``, relative to the caller's root, where the
             video file is its path under ``videos_dir`` (``<key>.mp4`` unless the reader found it elsewhere).
+        questions: the question generator (:mod:`data_builders.questions`); ``None``: templates.
 
     Returns:
-        ``(rows, quarantined)``: quarantine reasons for bad segments, missing videos and answers too
-        short to interrupt (fewer than two words).
+        ``(rows, quarantined)``: quarantine reasons for bad segments, missing videos, segments that
+        got no question, and answers too short to interrupt (fewer than two words).
 
     Raises:
         SettingError: a bad ``mix``, ``forms``, ``source_format`` or ``source_options``.
         DataError: an unreadable or malformed captions file (every bad entry listed).
+        TextModelError: a model backend failed on the first 3 segments it was asked about.
     """
     if not set(forms) <= set(FORMATS) or not forms:
         raise SettingError(f"forms must be a non-empty subset of {FORMATS}, got {forms}")
     shares, rng = mix_shares(mix), np.random.default_rng(seed)
-    source = source or source_format
+    source, questions = source or source_format, questions or TemplateQuestions()
     videos, quarantined = read_source(source_format, captions_path, videos_dir, **(source_options or {}))
     scenes = []
     for video in videos:
         if not (Path(videos_dir) / video.file).is_file():
             quarantined.append(f"{video.key}: video not found in {videos_dir} (as {video.file})")
             continue
-        scenes += _scenes(video, _video_qas(video), rng)
+        context = QuestionContext(Path(videos_dir) / video.file)
+        scenes += _scenes(video, video_questions(questions, video, context, quarantined), rng)
     type_counts, letters, rows = Counter(), Counter(), []
     for i in rng.permutation(len(scenes)):
         scene = scenes[i]
@@ -367,17 +309,21 @@ def build_ovi_train(
     source: str | None = None,
     source_format: str = "activitynet",
     source_options: Mapping[str, Any] | None = None,
+    questions: QuestionConfig | None = None,
 ) -> Path:
     """Write ``ovibench.jsonl``, ``videos/``, ``hf/``, ``stats.md`` and ``build_info.json`` to ``out_dir``.
 
     Serves both OVI-Train and, on held-out videos, the synthetic OVIBench. Arguments as in
-    :func:`build_ovi_items`. The HF dataset holds what :func:`load_ovibench` makes of the written
-    files, so training sees exactly what the benchmark loader produces.
+    :func:`build_ovi_items`; ``questions`` picks the question backend (default: templates), whose
+    cache defaults to ``<out_dir>/question_cache.jsonl``. The HF dataset holds what
+    :func:`load_ovibench` makes of the written files, so training sees exactly what the benchmark
+    loader produces.
 
     Returns:
         ``out_dir``.
     """
     out_dir = Path(out_dir)
+    generator = make_question_generator(questions, out_dir)
     settings = {
         "mix": mix_shares(mix),
         "forms": list(forms),
@@ -396,7 +342,9 @@ def build_ovi_train(
         source=source,
         source_format=source_format,
         source_options=source_options,
+        questions=generator,
     )
+    settings["questions"] = generator.summary()
     if not rows:
         raise DataError(str(captions_path), f"no usable caption segments ({len(quarantined)} quarantined)")
     for file in sorted({r["video_path"].removeprefix("videos/") for r in rows}):
@@ -412,6 +360,10 @@ def _write_reports(out_dir: Path, rows: list[dict], quarantined: list[str], **in
     by_form = crosstab_markdown(((r["format"], r["interruption_type"]) for r in rows), "format")
     stats = f"# OVI items\n\nInstances by source x type.\n\n{by_source}\n"
     stats += f"Instances by form x type.\n\n{by_form}\nQuarantined: {len(quarantined)}\n"
+    questions = info["settings"].get("questions", {})
+    if questions.get("backend", "template") != "template":
+        counts = ", ".join(f"{k} {questions[k]}" for k in ("generated", "from_cache", "failed", "errors"))
+        stats += f"Questions: {questions['backend']} ({counts})\n"
     summary = {
         **info,
         "rows": len(rows),

@@ -21,21 +21,16 @@ and what it removed, by id and with a reason, for ``stats.md`` and ``build_info.
 
 from __future__ import annotations
 
-import http.client
-import json
-import os
 import re
-import time
-import urllib.error
-import urllib.request
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from data_builders.errors import SettingError
+from data_builders.text_client import EndpointTextModel, LocalTextModel, TextModel, TextModelError
 from data_builders.v2p_format import parse_options, render_question
 
 BLIND_BACKENDS = ("none", "local", "endpoint")
@@ -76,163 +71,7 @@ class QcStep:
         return {"step": self.name, "kept": len(self.kept), "removed": removed, **self.info}
 
 
-# --- text-only models -------------------------------------------------------------------------
-
-
-class TextModelError(SettingError):
-    """The text model could not answer (endpoint down, bad reply, missing model).
-
-    A :class:`SettingError` so the command line reports it in one line: the fix is in the QC settings.
-    """
-
-
-class TextModel(Protocol):
-    """A text-only model: the reply to one prompt. ``seed`` varies sampled rounds reproducibly."""
-
-    identity: str
-
-    def answer(self, prompt: str, *, seed: int) -> str: ...
-
-
-class EndpointTextModel:
-    """An OpenAI-compatible ``/chat/completions`` endpoint (vLLM, SGLang, hosted APIs), standard library only.
-
-    Timeouts, connection errors and HTTP 429/5xx are retried ``max_retries`` times with backoff
-    ``backoff_s * 2**k`` (at most 30 s); other HTTP errors fail at once.
-
-    Args:
-        base_url: e.g. ``http://localhost:8000/v1``.
-        model: the served model name.
-        api_key_env: environment variable with the key; unset or empty: no Authorization header.
-        temperature, max_tokens, timeout_s, max_retries, backoff_s: request settings.
-        sleep: the sleep function (tests replace it).
-    """
-
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        *,
-        api_key_env: str = "OPENAI_API_KEY",
-        temperature: float = 0.0,
-        max_tokens: int = 16,
-        timeout_s: float = 60.0,
-        max_retries: int = 3,
-        backoff_s: float = 1.0,
-        sleep: Callable[[float], None] = time.sleep,
-    ):
-        if not base_url.startswith(("http://", "https://")):
-            raise SettingError(f"qc.base_url must start with http:// or https://, got {base_url!r}")
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model, self.api_key_env = model, api_key_env
-        self.temperature, self.max_tokens = temperature, max_tokens
-        self.timeout_s, self.max_retries, self.backoff_s = timeout_s, max(0, max_retries), backoff_s
-        self._sleep = sleep
-        self.identity = f"endpoint:{model}|temperature={temperature}"
-
-    def answer(self, prompt: str, *, seed: int) -> str:
-        body = {
-            "model": self.model,
-            "messages": [{"role": "user", "content": prompt}],
-            "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
-            "seed": seed,
-        }
-        data, last = json.dumps(body).encode(), ""
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                self._sleep(min(30.0, self.backoff_s * 2 ** (attempt - 1)))
-            try:
-                return self._post(data)
-            except _Retry as err:
-                last = str(err)
-        raise TextModelError(f"{self.url}: {self.max_retries + 1} tries failed; last: {last}")
-
-    def _post(self, data: bytes) -> str:
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as err:  # before URLError, of which it is a subclass
-            if err.code == 429 or err.code >= 500:
-                raise _Retry(f"HTTP {err.code}") from err
-            raise TextModelError(f"{self.url}: HTTP {err.code}") from err
-        except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as err:
-            raise _Retry(f"{type(err).__name__}: {err}") from err
-        try:
-            content = json.loads(raw)["choices"][0]["message"].get("content")
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as err:
-            raise TextModelError(f"{self.url}: unexpected reply {raw[:200]!r}") from err
-        return content if isinstance(content, str) else ""
-
-
-class _Retry(Exception):
-    """A failure worth another try."""
-
-
-class LocalTextModel:
-    """A local Hugging Face model answering from text only: a causal LM, or a VLM given no images.
-
-    Loaded on first use. With ``temperature`` 0 decoding is greedy; otherwise it samples, seeded by
-    the round, so a rerun gives the same answers.
-    """
-
-    def __init__(
-        self, path: str, *, temperature: float = 0.0, max_new_tokens: int = 16, device: str | None = None
-    ):
-        self.path, self.temperature, self.max_new_tokens, self.device = (
-            path,
-            temperature,
-            max_new_tokens,
-            device,
-        )
-        self.identity = f"local:{path}|temperature={temperature}"
-        self._model = self._tokenizer = None
-
-    def _load(self) -> None:
-        import torch
-        import transformers as tf
-
-        try:
-            self._tokenizer = tf.AutoTokenizer.from_pretrained(self.path)
-        except (OSError, ValueError) as err:
-            raise TextModelError(f"cannot load a tokenizer from {self.path}: {err}") from err
-        try:
-            model = tf.AutoModelForCausalLM.from_pretrained(self.path)
-        except ValueError:  # a VLM config (Qwen2.5-VL ...) has no causal-LM mapping: use it text-only
-            model = tf.AutoModelForImageTextToText.from_pretrained(self.path)
-        except OSError as err:
-            raise TextModelError(f"cannot load a model from {self.path}: {err}") from err
-        self.device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self._model = model.to(self.device).eval()
-
-    def answer(self, prompt: str, *, seed: int) -> str:
-        import torch
-
-        if self._model is None:
-            self._load()
-        tok = self._tokenizer
-        if getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template(
-                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-            )
-        else:
-            text = prompt + "\n"
-        inputs = tok(text, return_tensors="pt", add_special_tokens=False).to(self.device)
-        sample = self.temperature > 0
-        if sample:
-            torch.manual_seed(seed)
-        kwargs = {"do_sample": sample, "max_new_tokens": self.max_new_tokens}
-        if sample:
-            kwargs["temperature"] = self.temperature
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        with torch.no_grad():
-            out = self._model.generate(**inputs, pad_token_id=pad, **kwargs)
-        return tok.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+# --- text-only models (in data_builders.text_client; imported here for the blind filter) -------
 
 
 def make_text_model(config: QcConfig) -> TextModel | None:

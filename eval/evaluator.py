@@ -30,6 +30,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ from eval.report import write_report
 from eval.rubrics import APPLIES_TO, METRICS, RUBRIC_VERSION, get_metric, metrics_for
 from eval.scoring import category_keys, score_ovi, score_v2p
 from eval.summary import build_summary
+from train import distributed
 from train.adapter import QwenVLAdapter
 from train.config import EvalConfig, JudgeConfig
 from train.data import check_media, quarantine_counts, write_quarantine
@@ -199,7 +201,8 @@ class Evaluator:
             samples, bad = check_media(load_benchmark(name, cfg), media, cache, desc=name)
             self.benchmarks[name] = samples
             self.quarantine[name] = quarantine_counts(bad)
-            write_quarantine(self.run_dir, f"eval_{name}", bad)
+            if distributed.is_main():
+                write_quarantine(self.run_dir, f"eval_{name}", bad)
         # The hack diagnostics: transformed copies of the (media-checked) V2P items, run as benchmarks.
         variants, self.diagnostics = build_diagnostics(
             self.benchmarks.get("v2p", []),
@@ -235,19 +238,36 @@ class Evaluator:
         return self.cfg.max_new_tokens
 
     def run_benchmark(self, model, adapter: QwenVLAdapter, model_name: str, name: str) -> list[dict]:
-        """Scored per-sample records of one model on one benchmark (resuming from disk)."""
+        """Scored per-sample records of one model on one benchmark (resuming from disk).
+
+        In a multi-process run every rank generates its shard of the missing items and rank 0, the only
+        writer of the results file, appends every rank's records after each round of batches: a kill
+        loses at most one round, and the next run (with any number of ranks) re-shards what is missing.
+        Other ranks return an empty list.
+        """
         path = self.run_dir / "eval" / model_name / f"{name}.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        done = _read_results(path)
-        todo = [s for s in self.benchmarks[name] if not _is_current(done.get(s.id), s, self.protocol(s))]
-        _end_cut_line(path)
-        with path.open("a") as out:
-            batches = list(self._batches(todo))
-            for length, chunk in tqdm(batches, desc=f"eval {model_name} {name}", unit="batch"):
-                for sample, record in zip(chunk, self._predict(model, adapter, chunk, length), strict=True):
-                    done[sample.id] = record
-                    out.write(json.dumps(record) + "\n")
-                out.flush()
+        main = distributed.is_main()
+        done = self._done(path) if main else {}
+        # Rank 0 alone reads the file and tells the others what is missing, so all shard the same list.
+        samples = self.benchmarks[name]
+        missing = [s.id for s in samples if not _is_current(done.get(s.id), s, self.protocol(s))]
+        by_id = {sample.id: sample for sample in self.benchmarks[name]}
+        todo = [by_id[i] for i in distributed.broadcast(missing if main else None)]
+        with path.open("a") if main else nullcontext() as out:
+            rounds = list(self._shard_batches(todo))
+            for length, chunk, real in tqdm(
+                rounds, desc=f"eval {model_name} {name}", unit="batch", disable=not main
+            ):
+                records = self._predict(model, adapter, chunk, length)
+                mine = [record for record, keep in zip(records, real, strict=True) if keep]
+                for record in (r for shard in distributed.gather(mine) for r in shard):
+                    if main:
+                        done[record["id"]] = record
+                        out.write(json.dumps(record) + "\n")
+                if main:
+                    out.flush()
+            if not main:
+                return []
             current = [done[sample.id] for sample in self.benchmarks[name]]
             for record in self._judge_pending(current, desc=f"judge {model_name} {name}"):
                 done[record["id"]] = record
@@ -255,16 +275,35 @@ class Evaluator:
                 out.flush()
         return [done[s.id] for s in self.benchmarks[name]]
 
-    def _batches(self, samples: list[Sample]) -> Iterator[tuple[int, list[Sample]]]:
-        """``(max_new_tokens, batch)``: samples grouped by generation length, so short answers never
-        wait for long ones to finish, and by protocol, so simulated items never share a batch."""
+    def _done(self, path: Path) -> dict[str, dict]:
+        """The records already on disk, with a last line cut by a kill closed off (rank 0 only)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        done = _read_results(path)
+        _end_cut_line(path)
+        return done
+
+    def _groups(self, samples: list[Sample]) -> list[tuple[int, list[Sample]]]:
+        """``(max_new_tokens, samples)`` groups by generation length, so short answers never wait for
+        long ones to finish, and by protocol, so simulated items never share a batch."""
         groups: dict[tuple[int, str], list[Sample]] = {}
         for sample in samples:
             groups.setdefault((self.generation_length(sample), self.protocol(sample)), []).append(sample)
-        size = self.cfg.batch_size
-        for (length, _), group in sorted(groups.items()):
-            for start in range(0, len(group), size):
-                yield length, group[start : start + size]
+        return [(length, group) for (length, _), group in sorted(groups.items())]
+
+    def _shard_batches(self, samples: list[Sample]) -> Iterator[tuple[int, list[Sample], list[bool]]]:
+        """This rank's ``(max_new_tokens, batch, real)`` rounds: rank r takes items r::world_size of each
+        group, padded with copies of the group's first item (``real`` False, results dropped) so that
+        every rank runs the same rounds with the same batch sizes and lengths. Under ZeRO-3 each forward
+        pass gathers weights from all ranks, so a rank that stopped early would leave the others hanging.
+        """
+        r, n, size = distributed.rank(), distributed.world_size(), self.cfg.batch_size
+        for length, group in self._groups(samples):
+            mine = group[r::n]
+            per_rank = -(-len(group) // n)
+            real = [True] * len(mine) + [False] * (per_rank - len(mine))
+            mine = mine + [group[0]] * (per_rank - len(mine))
+            for start in range(0, per_rank, size):
+                yield length, mine[start : start + size], real[start : start + size]
 
     def protocol(self, sample: Sample) -> str:
         """``"simulated"`` for open-ended OVI items under ``eval.ovi_protocol: simulated``, else
@@ -273,7 +312,7 @@ class Evaluator:
         return "simulated" if open_ovi and self.cfg.ovi_protocol == "simulated" else "teacher_forced"
 
     def _predict(self, model, adapter: QwenVLAdapter, chunk: list[Sample], length: int) -> list[dict]:
-        """Scored records of one batch (all of one protocol, see ``_batches``)."""
+        """Scored records of one batch (all of one protocol, see ``_groups``)."""
         if self.protocol(chunk[0]) == "simulated":
             return [self._simulated_record(model, adapter, sample, length) for sample in chunk]
         predictions = self.generate(model, adapter, chunk, max_new_tokens=length)
@@ -384,19 +423,27 @@ class Evaluator:
             yield futures[index].result()
 
     def evaluate(self, model, adapter: QwenVLAdapter, model_name: str, step: int) -> dict:
-        """Evaluate one model on every benchmark, then refresh summary, report and W&B."""
+        """Evaluate one model on every benchmark, then refresh summary, report and W&B.
+
+        Every rank of a multi-process run must call this (each generates its shard); rank 0 alone
+        writes and logs, and returns the summary; the others return an empty dict once rank 0 is done.
+        """
+        _check_sharded_protocol(self.cfg)
         was_training = model.training
         model.eval()
         try:
             results = {name: self.run_benchmark(model, adapter, model_name, name) for name in self.benchmarks}
         finally:
             model.train(was_training)
-        if (model_name, step) not in self.models:
-            self.models.append((model_name, step))
-            self._models_file.parent.mkdir(parents=True, exist_ok=True)
-            self._models_file.write_text(json.dumps(self.models))
-        summary = self.write_summary()
-        self._log(summary, model_name, step, results)
+        summary: dict = {}
+        if distributed.is_main():
+            if (model_name, step) not in self.models:
+                self.models.append((model_name, step))
+                self._models_file.parent.mkdir(parents=True, exist_ok=True)
+                self._models_file.write_text(json.dumps(self.models))
+            summary = self.write_summary()
+            self._log(summary, model_name, step, results)
+        distributed.barrier()  # training resumes on every rank together, after rank 0 has written
         return summary
 
     def write_summary(self) -> dict:
@@ -475,6 +522,18 @@ def _check_diagnostics(cfg: EvalConfig) -> None:
         raise ConfigError(f"eval.diagnostics: {err}") from err
     if cfg.diagnostics and "v2p" not in cfg.benchmarks:
         raise ConfigError("eval.diagnostics transform V2P-Bench: add v2p to eval.benchmarks")
+
+
+def _check_sharded_protocol(cfg: EvalConfig) -> None:
+    """Refuse the simulated OVI protocol under multi-rank ZeRO-3: it runs its own forward loop, item by
+    item, whose length depends on the item, so ranks would wait on each other's weight gathers forever."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if cfg.ovi_protocol == "simulated" and distributed.world_size() > 1 and is_deepspeed_zero3_enabled():
+        raise ConfigError(
+            "eval.ovi_protocol=simulated does not run under ZeRO-3 with several ranks: use teacher_forced, "
+            "or evaluate the checkpoints afterwards with python -m eval"
+        )
 
 
 def _is_current(record: dict | None, sample: Sample, protocol: str = "teacher_forced") -> bool:

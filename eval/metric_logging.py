@@ -3,6 +3,8 @@
 W&B runs offline when there is no ``WANDB_API_KEY`` (files under ``<run_dir>/wandb``, syncable later
 with ``wandb sync``). If W&B cannot start at all, the run goes on with the null logger and a warning:
 nothing fails because the network is absent.
+
+In a multi-process run only rank 0 logs: every other rank gets the null logger, so there is one W&B run.
 """
 
 from __future__ import annotations
@@ -74,9 +76,12 @@ def make_logger(
     run_name: str,
     config: dict,
 ) -> MetricLogger:
-    """A W&B logger writing under ``run_dir``, or the null logger when disabled or unavailable."""
+    """A W&B logger writing under ``run_dir``, or the null logger when disabled, unavailable, or on any
+    rank but 0."""
+    from train.distributed import is_main
+
     mode = wandb_mode(mode)
-    if not enabled or mode == "disabled":
+    if not enabled or mode == "disabled" or not is_main():
         return NullLogger()
     run_dir = Path(run_dir)
     # W&B writes under the home directory unless every one of its directories is pointed elsewhere.

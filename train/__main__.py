@@ -19,10 +19,17 @@ register_configs()
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> None:
     from eval.headline import headline
+    from train.distributed import is_main
     from train.recipe import run
 
     config: TrainConfig = OmegaConf.to_object(cfg)
-    run_cli(lambda: print(headline(run(config).summary), f"\nreport: {config.run_dir}/report.md", sep=""))
+
+    def work() -> None:
+        summary = run(config).summary
+        if is_main():  # the other ranks of a multi-process run hold no summary
+            print(headline(summary), f"\nreport: {config.run_dir}/report.md", sep="")
+
+    run_cli(work)
 
 
 if __name__ == "__main__":

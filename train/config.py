@@ -69,6 +69,10 @@ class TrainerConfig:
     num_workers: int = 0  # dataloader worker processes (decoding + processing)
     gradient_checkpointing: bool = False
     seed: int = 0
+    # DeepSpeed ZeRO stage (2 or 3; null: plain DDP or one process). train/deepspeed.py derives the
+    # DeepSpeed config from these fields, so there is no JSON to keep in step (trainer=zero2|zero3|…).
+    zero: int | None = None
+    offload: bool = False  # optimizer state and step on the CPU (ZeRO-Offload; needs zero)
 
 
 @dataclass

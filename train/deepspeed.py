@@ -1,8 +1,9 @@
 """The DeepSpeed config, derived from the Hydra trainer config (never a JSON file of its own).
 
 Batch sizes, gradient accumulation, clipping, precision and the optimizer's hyper-parameters are
-``"auto"``: the HF Trainer fills them from its own arguments, which come from ``TrainerConfig``, so the
-two can never disagree. Only what DeepSpeed alone knows (the ZeRO stage, offload) is set here.
+``"auto"`` (or left out): the HF Trainer fills them from its own arguments, which come from
+``TrainerConfig``, so the two never disagree. Only what DeepSpeed alone knows (ZeRO stage, offload) is
+set here.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def deepspeed_config(cfg: TrainerConfig) -> dict[str, Any] | None:
     if cfg.zero not in ZERO_STAGES:
         raise ConfigError(f"trainer.zero must be one of {ZERO_STAGES} or null, got {cfg.zero!r}")
     config: dict[str, Any] = {
-        "train_batch_size": "auto",
+        # No train_batch_size: DeepSpeed derives it (micro batch x accumulation x world size). As "auto" the
+        # Trainer fills it while building its arguments, before it knows the world size, and puts 1 there.
         "train_micro_batch_size_per_gpu": "auto",
         "gradient_accumulation_steps": "auto",
         "gradient_clipping": "auto",

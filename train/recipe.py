@@ -16,11 +16,13 @@ from omegaconf import OmegaConf
 from data_builders.build import build_synthetic
 from data_builders.media import FrameCache
 from eval.evaluator import Evaluator
-from eval.metric_logging import make_logger
+from eval.metric_logging import MetricLogger, NullLogger, make_logger
+from train import distributed
 from train.adapter import make_adapter
 from train.callbacks import CheckpointEval, LogToMetricLogger
 from train.config import PeftConfig, TrainConfig, TrainerConfig
 from train.data import Collator, SampleDataset, check_media, load_samples, quarantine_counts, write_quarantine
+from train.deepspeed import deepspeed_config, write_deepspeed_config
 from train.errors import ConfigError
 from train.models import load_model
 
@@ -48,7 +50,8 @@ def apply_peft(model, cfg: PeftConfig):
     raise ConfigError(f"peft.method must be 'lora' or 'full', got {cfg.method!r}")
 
 
-def training_arguments(cfg: TrainerConfig, run_dir: Path):
+def training_arguments(cfg: TrainerConfig, run_dir: Path, deepspeed: dict | None = None):
+    """The HF Trainer's arguments; ``deepspeed``: the config from ``train.deepspeed.deepspeed_config``."""
     from transformers import TrainingArguments
 
     bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
@@ -72,6 +75,7 @@ def training_arguments(cfg: TrainerConfig, run_dir: Path):
         remove_unused_columns=False,  # our collator needs the rendered samples as they are
         report_to=[],  # metrics go through our own logger (one W&B run, training-step axis)
         disable_tqdm=False,
+        deepspeed=deepspeed,
     )
 
 
@@ -101,23 +105,20 @@ def run(cfg: TrainConfig) -> RunResult:
     set_seed(cfg.trainer.seed)
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    resolve_data(cfg)
-    (run_dir / "resolved_config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+    ds_config = deepspeed_config(cfg.trainer)  # fails on a bad ZeRO setting before anything is built
+    resolve_data(cfg)  # file-locked: every rank calls it, one builds
+    main = distributed.is_main()  # from the launcher's RANK: the process group does not exist yet
+    if main:
+        (run_dir / "resolved_config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+        write_deepspeed_config(ds_config, run_dir)
     cache = FrameCache(cfg.data.frame_cache)
-    logger = make_logger(
-        cfg.logger.wandb,
-        cfg.logger.mode,
-        cfg.logger.project,
-        cfg.logger.entity,
-        run_dir,
-        cfg.run_name,
-        OmegaConf.to_container(OmegaConf.structured(cfg)),
-    )
+    logger = _logger(cfg, run_dir) if main else NullLogger()
     try:
         model, processor = load_model(cfg.model)
         adapter = make_adapter(cfg.model.family, processor, cfg.media, cache)
         samples, bad = check_media(load_samples(cfg.data.train), cfg.media, cache, desc="train")
-        write_quarantine(run_dir, "train", bad)
+        if main:
+            write_quarantine(run_dir, "train", bad)
         # Seed again right before the LoRA init: what ran since the first seed may have drawn from the
         # global RNG (building the tiny checkpoint does, on a first run only), and the LoRA A matrices
         # must not depend on it, or a resumed run and its twin would train different adapters.
@@ -128,7 +129,7 @@ def run(cfg: TrainConfig) -> RunResult:
             evaluator.quarantine["train"] = quarantine_counts(bad)
         trainer = Trainer(
             model=model,
-            args=training_arguments(cfg.trainer, run_dir),
+            args=training_arguments(cfg.trainer, run_dir, ds_config),
             train_dataset=SampleDataset(samples, adapter),
             data_collator=Collator(adapter),
             callbacks=[LogToMetricLogger(logger)]
@@ -139,10 +140,24 @@ def run(cfg: TrainConfig) -> RunResult:
             print(f"resuming from {last}", flush=True)
         trainer.train(resume_from_checkpoint=last)
         trainer.save_model(str(run_dir / "final"))
-        summary = evaluator.write_summary() if evaluator and evaluator.models else {}
+        summary = evaluator.write_summary() if evaluator and evaluator.models and main else {}
         return RunResult(summary, trainer.model)
     finally:
         logger.finish()
+        distributed.shutdown()
+
+
+def _logger(cfg: TrainConfig, run_dir: Path) -> MetricLogger:
+    """The run's W&B logger (rank 0 only: one W&B run per training run, however many processes)."""
+    return make_logger(
+        cfg.logger.wandb,
+        cfg.logger.mode,
+        cfg.logger.project,
+        cfg.logger.entity,
+        run_dir,
+        cfg.run_name,
+        OmegaConf.to_container(OmegaConf.structured(cfg)),
+    )
 
 
 def _last_checkpoint(directory: Path) -> str | None:

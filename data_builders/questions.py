@@ -1,0 +1,550 @@
+"""Question generation for OVI-Train: one interface, three backends, a resumable cache.
+
+:class:`QuestionGenerator` turns one caption segment of a video into the questions asked at its end,
+each a :class:`QA` whose answer is grounded in the segment. Backends (``builder.questions.backend``):
+
+* ``template`` (default) — no model: a time-window question per distinct segment ("What happens in
+  the video between 2.0 s and 8.0 s?", answered by its captions) and "Describe what the X does." per
+  object of a closed colour/shape vocabulary, described by its longest caption.
+* ``endpoint`` — an OpenAI-compatible ``/chat/completions`` server (vLLM, SGLang, hosted APIs). The
+  prompt gives the segment's times and captions and, unless ``frames`` is 0, that many frames of the
+  segment as base64 JPEG ``image_url`` parts; the model replies ``{"question": ..., "answer": ...}``.
+* ``hf`` — a local Hugging Face model, text only: it sees the captions and times, not the frames.
+
+Every backend asks a caption's own question (MovieChat's breakpoint QA) as the source wrote it.
+
+Model replies are parsed (the first JSON object in the reply) and validated; an invalid reply is
+asked again, up to ``attempts`` tries, each time saying what was wrong. Replies are cached in a JSONL
+file, one line per segment appended and flushed as soon as it is made, keyed by the sha1 of (backend
+identity, :data:`PROMPT_VERSION`, video id, segment, caption text): a rerun after a crash asks only
+for what is missing, and a cut last line is dropped and asked again. A segment whose replies stayed
+invalid is cached as failed (a rerun does not ask again unless ``retry_failed``) and quarantined with
+the reason; a segment lost to an error (HTTP 5xx after retries, no connection, undecodable frames) is
+quarantined but not cached, so a rerun tries it again. Three such errors before any reply stop the
+build: the model is unreachable or misconfigured.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from data_builders.errors import DecodeError, SettingError
+from data_builders.sources.captions import Caption, CaptionedVideo
+from data_builders.text_client import EndpointTextModel, LocalTextModel, TextModel, TextModelError
+
+BACKENDS = ("template", "endpoint", "hf")
+# Part of every cache key: bump it when the prompt or the reply checks change.
+PROMPT_VERSION = 1
+MAX_ANSWER_WORDS = 80
+# Closed vocabularies for spotting objects in captions ("a red circle", "the blue car").
+COLOUR_WORDS = tuple("red orange yellow green blue purple pink brown black white grey".split())
+SHAPE_WORDS = tuple("circle square triangle rectangle star diamond hexagon ball box car".split())
+_MENTION = re.compile(rf"\b(?:a|an|the) ((?:{'|'.join(COLOUR_WORDS)}) (?:{'|'.join(SHAPE_WORDS)}))\b", re.I)
+# How questions are ordered within a video (stable otherwise): the pipeline's random choices index
+# into this list, so the order is part of what a seed produces.
+_KIND_ORDER = {"source": 0, "window": 1, "generated": 1, "object": 2}
+
+
+@dataclass
+class QuestionConfig:
+    """Question-generation settings (``builder.questions.*`` on the command line)."""
+
+    backend: str = "template"  # template | endpoint | hf
+    model: str | None = None  # endpoint: the served model name; hf: a model directory or hub id
+    base_url: str | None = None  # endpoint: e.g. http://localhost:8000/v1
+    cache: str | None = None  # JSONL cache; None: <out>/question_cache.jsonl (model backends only)
+    frames: int = 4  # endpoint: frames of the segment sent as images; 0: captions only (text models)
+    frame_max_pixels: int = 448 * 448  # pixel budget per frame sent
+    temperature: float = 0.0  # 0: greedy
+    max_tokens: int = 256
+    attempts: int = 3  # tries per segment while the reply is not a valid JSON question/answer
+    retry_failed: bool = False  # ask again for segments cached as failed
+    api_key_env: str = "OPENAI_API_KEY"  # endpoint: variable holding the key; unset: no header
+    max_retries: int = 3  # endpoint: transport retries per request (timeouts, 429, 5xx)
+    backoff_s: float = 1.0  # endpoint: first transport retry waits this long, doubling
+    timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class QA:
+    """A question, its answer, and the evidence the answer rests on.
+
+    Attributes:
+        captions: indices of the captions the answer is built from.
+        names: objects the answer mentions (closed vocabulary).
+        end: when all its evidence has been seen (the question is asked then).
+        kind: ``source`` (the caption's own question), ``window`` (template time-window question),
+            ``object`` (template object question) or ``generated`` (by a model).
+        segment: the segment in seconds the answer is grounded in.
+        provenance: who made it: ``template``, ``source`` or the model backend's identity.
+        name: the object asked about (``object`` questions).
+        window: the time window asked about, as written (``window`` questions).
+    """
+
+    question: str
+    answer: str
+    captions: frozenset[int]
+    names: frozenset[str]
+    end: float
+    kind: str = "window"
+    segment: tuple[float, float] = (0.0, 0.0)
+    provenance: str = "template"
+    name: str | None = None
+    window: tuple[str, str] = ("", "")
+
+
+@dataclass(frozen=True)
+class QuestionContext:
+    """What a backend may use beyond the captions: the video file, for frames."""
+
+    video_path: Path | None = None
+
+
+class QuestionError(Exception):
+    """No question for a segment (the reason is quarantined); the build goes on."""
+
+
+class QuestionGenerator(Protocol):
+    """Questions for one caption segment; ``summary`` is recorded in ``build_info.json``."""
+
+    identity: str
+
+    def generate(self, video: CaptionedVideo, caption: Caption, context: QuestionContext) -> list[QA]:
+        """The questions anchored at ``caption`` (often none: a segment is asked about once).
+
+        Raises:
+            QuestionError: this segment got no question.
+        """
+        ...
+
+    def summary(self) -> dict[str, Any]: ...
+
+
+def video_questions(
+    generator: QuestionGenerator, video: CaptionedVideo, context: QuestionContext, quarantined: list[str]
+) -> list[QA]:
+    """Every question of a video: the sources' own, then one per segment, then object questions.
+
+    A segment that got no question is quarantined as ``<video>[<caption index>]: <reason>``.
+    """
+    qas = []
+    for caption in video.captions:
+        try:
+            qas += generator.generate(video, caption, context)
+        except QuestionError as err:
+            quarantined.append(f"{video.key}[{caption.index}]: question generation failed: {err}")
+    return sorted(qas, key=lambda qa: _KIND_ORDER[qa.kind])
+
+
+# --- shared pieces ----------------------------------------------------------------------------
+
+
+def as_sentence(text: str) -> str:
+    """A caption as a sentence: capitalised, with a final period."""
+    return text[0].upper() + text[1:] + "."
+
+
+def secs(value: float) -> str:
+    """Seconds as written in questions (one decimal)."""
+    return f"{value:.1f}"
+
+
+def mentions(sentence: str) -> frozenset[str]:
+    """The colour-shape objects a sentence names ("a red circle" -> "red circle")."""
+    return frozenset(m.group(1).lower() for m in _MENTION.finditer(sentence))
+
+
+def segment_captions(video: CaptionedVideo, caption: Caption) -> list[Caption] | None:
+    """The captions sharing ``caption``'s segment (to one decimal), when it is the first of them.
+
+    Captions with their own question are left out (they are asked on their own); ``None`` when
+    ``caption`` is not the first of its segment, so each segment is asked about once.
+    """
+    if caption.question is not None:
+        return None
+    window = (secs(caption.start), secs(caption.end))
+    same = [c for c in video.captions if c.question is None and (secs(c.start), secs(c.end)) == window]
+    return same if same[0] == caption else None
+
+
+def source_qa(caption: Caption) -> QA:
+    """A source's QA pair: the caption's own question, answered by its sentence."""
+    answer = as_sentence(caption.sentence)
+    return QA(
+        caption.question,
+        answer,
+        frozenset([caption.index]),
+        mentions(answer),
+        caption.end,
+        kind="source",
+        segment=(caption.start, caption.end),
+        provenance="source",
+    )
+
+
+# --- template ---------------------------------------------------------------------------------
+
+
+class TemplateQuestions:
+    """Questions from templates, no model (see the module docstring)."""
+
+    identity = "template"
+
+    def generate(self, video: CaptionedVideo, caption: Caption, context: QuestionContext) -> list[QA]:
+        """Questions anchored at ``caption``.
+
+        Its own question if it has one, else its segment's question if it is the segment's first
+        caption; and a question per object it is the first caption of the video to name.
+        """
+        if caption.question is not None:
+            qas = [source_qa(caption)]
+        else:
+            window = segment_captions(video, caption)
+            qas = [_window_qa(window)] if window else []
+        position = video.captions.index(caption)
+        seen = frozenset().union(*(mentions(c.sentence) for c in video.captions[:position]))
+        # In the order the caption names them: a set's order would change with Python's hash seed.
+        for name in dict.fromkeys(m.group(1).lower() for m in _MENTION.finditer(caption.sentence)):
+            if name not in seen:
+                qas.append(_object_qa(name, _longest(video, name)))
+        return qas
+
+    def summary(self) -> dict[str, Any]:
+        return {"backend": self.identity}
+
+
+def _window_qa(window: list[Caption]) -> QA:
+    """ "What happens between ...?", answered by all the segment's captions joined."""
+    first = window[0]
+    start, end = secs(first.start), secs(first.end)
+    return QA(
+        f"What happens in the video between {start} s and {end} s?",
+        as_sentence(" and ".join(c.sentence for c in window)),
+        frozenset(c.index for c in window),
+        frozenset().union(*(mentions(c.sentence) for c in window)),
+        first.end,
+        segment=(first.start, first.end),
+        window=(start, end),
+    )
+
+
+def _longest(video: CaptionedVideo, name: str) -> Caption:
+    """The longest caption naming ``name`` (the first of equals)."""
+    best = None
+    for cap in video.captions:
+        if name in mentions(cap.sentence) and (best is None or cap.end - cap.start > best.end - best.start):
+            best = cap
+    return best
+
+
+def _object_qa(name: str, cap: Caption) -> QA:
+    """ "Describe what the X does.", answered by the caption with the object as "the X"."""
+    answer = as_sentence(_MENTION.sub(lambda m: "the " + m.group(1).lower(), cap.sentence, count=1))
+    return QA(
+        f"Describe what the {name} does.",
+        answer,
+        frozenset([cap.index]),
+        mentions(answer),
+        cap.end,
+        kind="object",
+        segment=(cap.start, cap.end),
+        name=name,
+    )
+
+
+# --- model backends ---------------------------------------------------------------------------
+
+PROMPT = """You write questions for a video question-answering dataset.
+
+A video segment from {start} s to {end} s is described by these human-written captions:
+{captions}
+{frames_line}
+Write one question about this segment that a viewer can answer only by having watched it, and its \
+answer in one or two full sentences. The question is asked right after the segment ends. The answer \
+must rest only on what the segment shows (the captions{and_frames}): no guesses, nothing from \
+outside the segment. The question must not give the answer away.
+
+Reply with only a JSON object: {{"question": "...", "answer": "..."}}"""
+RETRY_NOTE = "\n\nYour previous reply was not usable ({}). Reply with only the JSON object."
+
+
+def build_prompt(window: list[Caption], n_frames: int) -> str:
+    """The generation prompt for a segment's captions (and ``n_frames`` attached frames)."""
+    frames_line = f"{n_frames} frames sampled evenly from the segment are attached.\n" if n_frames else ""
+    return PROMPT.format(
+        start=secs(window[0].start),
+        end=secs(window[0].end),
+        captions="\n".join(f"- {as_sentence(c.sentence)}" for c in window),
+        frames_line=frames_line,
+        and_frames=" and the frames" if n_frames else "",
+    )
+
+
+def first_json_object(text: str) -> dict[str, Any] | None:
+    """The first JSON object in ``text`` (code fences and chatter around it are ignored)."""
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"\{", text):
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def parse_reply(reply: str) -> tuple[dict[str, str] | None, str]:
+    """``({"question", "answer"}, "")`` from a valid reply, else ``(None, why it is not)``."""
+    obj = first_json_object(reply)
+    if obj is None:
+        return None, "no JSON object in the reply"
+    question, answer = obj.get("question"), obj.get("answer")
+    if not isinstance(question, str) or not question.strip():
+        return None, "no question string"
+    if not isinstance(answer, str) or len(answer.split()) < 2:
+        return None, "the answer is not a string of two words or more"
+    if len(answer.split()) > MAX_ANSWER_WORDS:
+        return None, f"the answer is longer than {MAX_ANSWER_WORDS} words"
+    return {"question": " ".join(question.split()), "answer": " ".join(answer.split())}, ""
+
+
+class QuestionCache:
+    """Generated questions by key, in a JSONL file appended one flushed line per segment.
+
+    Loading drops a cut last line (from a crash mid-write) from the file, so appends stay whole lines.
+    """
+
+    def __init__(self, path: str | Path | None):
+        self.path = Path(path) if path else None
+        self.records: dict[str, dict[str, Any]] = {}
+        self.dropped = 0  # unreadable lines ignored (a cut last line among them)
+        if self.path and self.path.exists():
+            self._load()
+
+    def _load(self) -> None:
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            data = data[: data.rfind(b"\n") + 1]
+            os.truncate(self.path, len(data))
+            self.dropped += 1
+        for line in data.splitlines():
+            try:
+                record = json.loads(line)
+                self.records[record["key"]] = record
+            except (ValueError, KeyError, TypeError):
+                self.dropped += 1
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.records.get(key)
+
+    def add(self, record: dict[str, Any]) -> None:
+        """Keep ``record`` (which has a ``key``) and append it to the file at once."""
+        self.records[record["key"]] = record
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+class ModelQuestions:
+    """One generated question per segment from a text model (endpoint or local), cached.
+
+    Args:
+        model: answers prompts (:class:`~data_builders.text_client.TextModel`); with ``frames`` > 0
+            it must also have ``chat`` (:class:`~data_builders.text_client.EndpointTextModel`).
+        frames: frames of the segment sent as JPEG images; 0: captions only.
+        cache: where generated questions are kept (``None``: in memory only).
+        attempts: tries while the reply is invalid.
+        retry_failed: ask again for segments cached as failed.
+        frame_max_pixels: pixel budget per frame.
+    """
+
+    def __init__(
+        self,
+        model: TextModel,
+        *,
+        frames: int = 0,
+        cache: str | Path | None = None,
+        attempts: int = 3,
+        retry_failed: bool = False,
+        frame_max_pixels: int = 448 * 448,
+    ):
+        if attempts < 1 or frames < 0:
+            raise SettingError(f"questions.attempts must be >= 1 and frames >= 0, got {attempts}, {frames}")
+        self.model, self.frames, self.attempts = model, frames, attempts
+        self.retry_failed, self.frame_max_pixels = retry_failed, frame_max_pixels
+        self.identity = f"{model.identity}|frames={frames}"
+        self.cache = QuestionCache(cache)
+        self.counts: Counter[str] = Counter()
+
+    def generate(self, video: CaptionedVideo, caption: Caption, context: QuestionContext) -> list[QA]:
+        """The caption's own question; else, for a segment's first caption, the model's question."""
+        if caption.question is not None:
+            return [source_qa(caption)]
+        window = segment_captions(video, caption)
+        if window is None:
+            return []
+        key = self._key(video, window)
+        record = self.cache.get(key)
+        if record is not None and not (self.retry_failed and "failed" in record):
+            self.counts["from_cache"] += 1
+        else:
+            record = self._generate(video, window, context, key)
+        if "failed" in record:
+            self.counts["failed"] += 1
+            raise QuestionError(record["failed"])
+        return [self._qa(record, window)]
+
+    def summary(self) -> dict[str, Any]:
+        """Counts for ``build_info.json``.
+
+        ``requests`` counts model calls (an invalid reply's retries included); ``generated`` new
+        questions; ``from_cache`` segments found in the cache (failed ones included); ``failed``
+        segments without a question because the replies stayed invalid (now or in the cache);
+        ``errors`` segments lost to a request or frame-decode error (not cached: a rerun tries again).
+        """
+        counts = {k: self.counts[k] for k in ("requests", "from_cache", "generated", "failed")}
+        return {
+            "backend": self.identity,
+            "prompt_version": PROMPT_VERSION,
+            "cache": str(self.cache.path) if self.cache.path else None,
+            **counts,
+            "errors": self.counts["errors"],
+            "cache_lines_dropped": self.cache.dropped,
+        }
+
+    def _key(self, video: CaptionedVideo, window: list[Caption]) -> str:
+        parts = [
+            self.identity,
+            PROMPT_VERSION,
+            video.key,
+            [window[0].start, window[0].end],
+            [c.sentence for c in window],
+        ]
+        return hashlib.sha1(json.dumps(parts).encode()).hexdigest()
+
+    def _generate(
+        self, video: CaptionedVideo, window: list[Caption], context: QuestionContext, key: str
+    ) -> dict[str, Any]:
+        """Ask until the reply is valid; a valid or persistently invalid result is cached."""
+        try:
+            images = self._images(context.video_path, window[0]) if self.frames else []
+            prompt, reason = build_prompt(window, len(images)), ""
+            for attempt in range(self.attempts):
+                self.counts["requests"] += 1
+                reply = self._ask(prompt + (RETRY_NOTE.format(reason) if reason else ""), images, attempt)
+                parsed, reason = parse_reply(reply)
+                if parsed:
+                    break
+        except (TextModelError, DecodeError) as err:
+            self._error(err)
+            raise QuestionError(str(err)) from err
+        self.counts["replies"] += 1
+        if parsed:
+            self.counts["generated"] += 1
+            record = {"key": key, **parsed}
+        else:
+            record = {"key": key, "failed": f"no valid reply in {self.attempts} tries; last: {reason}"}
+        record.update(video=video.key, segment=[window[0].start, window[0].end], generator=self.identity)
+        self.cache.add(record)
+        return record
+
+    def _error(self, err: Exception) -> None:
+        # Three failures before any success: the model is unreachable or misconfigured, not one bad
+        # segment, so stop rather than quarantine the whole source.
+        self.counts["errors"] += 1
+        if self.counts["errors"] >= 3 and not self.counts["replies"]:
+            raise TextModelError(f"question generation: the first 3 segments failed; last: {err}") from err
+
+    def _ask(self, prompt: str, images: list[str], seed: int) -> str:
+        if not images:
+            return self.model.answer(prompt, seed=seed)
+        parts = [{"type": "image_url", "image_url": {"url": url}} for url in images]
+        return self.model.chat(
+            [{"role": "user", "content": [*parts, {"type": "text", "text": prompt}]}], seed=seed
+        )
+
+    def _images(self, video_path: Path | None, caption: Caption) -> list[str]:
+        """``frames`` frames of the segment as ``data:image/jpeg;base64`` URLs."""
+        from PIL import Image
+
+        from data_builders.media import MediaSpec, decode_span
+
+        if video_path is None:
+            raise SettingError("questions.frames > 0 needs the video file")
+        spec = MediaSpec(num_frames=self.frames, min_frames=1, max_pixels=self.frame_max_pixels)
+        urls = []
+        for frame in decode_span(video_path, caption.start, caption.end, spec).frames:
+            buffer = io.BytesIO()
+            Image.fromarray(frame).save(buffer, format="JPEG", quality=90)
+            urls.append("data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode())
+        return urls
+
+    def _qa(self, record: dict[str, Any], window: list[Caption]) -> QA:
+        first = window[0]
+        return QA(
+            record["question"],
+            record["answer"],
+            frozenset(c.index for c in window),
+            mentions(record["answer"]),
+            first.end,
+            kind="generated",
+            segment=(first.start, first.end),
+            provenance=self.identity,
+        )
+
+
+def make_question_generator(
+    config: QuestionConfig | None = None,
+    out_dir: str | Path | None = None,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> QuestionGenerator:
+    """The generator ``config.backend`` names; the cache defaults to ``<out_dir>/question_cache.jsonl``.
+
+    Raises:
+        SettingError: an unknown backend, or a setting the backend needs is missing.
+    """
+    config = config or QuestionConfig()
+    if config.backend not in BACKENDS:
+        raise SettingError(f"questions.backend must be one of {BACKENDS}, got {config.backend!r}")
+    if config.backend == "template":
+        return TemplateQuestions()
+    if not config.model:
+        raise SettingError(f"questions.backend={config.backend} needs questions.model")
+    cache = config.cache or (Path(out_dir) / "question_cache.jsonl" if out_dir else None)
+    common = {"cache": cache, "attempts": config.attempts, "retry_failed": config.retry_failed}
+    if config.backend == "hf":  # text only: the local model sees the captions, not the frames
+        model = LocalTextModel(config.model, temperature=config.temperature, max_new_tokens=config.max_tokens)
+        return ModelQuestions(model, frames=0, **common)
+    if not config.base_url:
+        raise SettingError(
+            "questions.backend=endpoint needs questions.base_url, e.g. http://localhost:8000/v1"
+        )
+    model = EndpointTextModel(
+        config.base_url,
+        config.model,
+        api_key_env=config.api_key_env,
+        temperature=config.temperature,
+        max_tokens=config.max_tokens,
+        timeout_s=config.timeout_s,
+        max_retries=config.max_retries,
+        backoff_s=config.backoff_s,
+        sleep=sleep,
+        setting="questions.base_url",
+    )
+    return ModelQuestions(model, frames=config.frames, frame_max_pixels=config.frame_max_pixels, **common)

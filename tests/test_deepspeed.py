@@ -1,0 +1,155 @@
+"""DeepSpeed ZeRO-2 and ZeRO-3 on two CPU processes (gloo), with sharded checkpoint evaluation.
+
+The slow tests launch ``torchrun --nproc_per_node 2 -m train`` on the tiny model: LoRA, two steps, one
+save, both benchmarks on the baseline and the checkpoint. The first run on a machine compiles DeepSpeed's
+CPU communication op (~45 s) into ``outputs/torch_extensions`` (gitignored); later runs reuse it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from train.config import EvalConfig, TrainerConfig, register_configs
+from train.deepspeed import deepspeed_config
+from train.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+EVAL_LIMIT = 5  # odd, so two ranks get unequal shards and the shorter one is padded
+
+
+def _trainer(name: str) -> TrainerConfig:
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        return OmegaConf.to_object(compose("train", overrides=[f"trainer={name}"])).trainer
+
+
+@pytest.mark.parametrize(
+    ("name", "stage", "offload"), [("zero2", 2, False), ("zero3", 3, False), ("zero3_offload", 3, True)]
+)
+def test_trainer_files_derive_the_deepspeed_config(name, stage, offload):
+    trainer = _trainer(name)
+    config = deepspeed_config(trainer)
+    assert config["zero_optimization"]["stage"] == stage
+    assert ("offload_optimizer" in config["zero_optimization"]) is offload
+    # Everything the Trainer also knows is left to it, so there is one source of truth.
+    for key in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping"):
+        assert config[key] == "auto"
+    assert config["bf16"] == {"enabled": "auto"} and config["fp16"] == {"enabled": "auto"}
+    assert trainer.batch_size == _trainer("gpu").batch_size  # the GPU settings, extended
+
+
+def test_no_zero_means_no_deepspeed_and_bad_settings_fail():
+    assert deepspeed_config(_trainer("cpu")) is None
+    with pytest.raises(ConfigError, match="trainer.zero"):
+        deepspeed_config(TrainerConfig(zero=1))
+    with pytest.raises(ConfigError, match="offload"):
+        deepspeed_config(TrainerConfig(offload=True))
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_shards_cover_every_item_once_in_equal_rounds(monkeypatch, world):
+    from eval import evaluator as ev
+    from train import distributed
+
+    evaluator = ev.Evaluator.__new__(ev.Evaluator)
+    evaluator.cfg = EvalConfig(batch_size=2)
+    items = [SimpleNamespace(id=f"mcq{i}", task="ovi", meta={"format": "mcq"}) for i in range(5)]
+    items += [SimpleNamespace(id=f"open{i}", task="ovi", meta={"format": "open"}) for i in range(2)]
+    monkeypatch.setattr(distributed, "world_size", lambda: world)
+    rounds = {}
+    for r in range(world):
+        monkeypatch.setattr(distributed, "rank", lambda r=r: r)
+        rounds[r] = list(evaluator._shard_batches(items))
+    shapes = {r: [(length, len(chunk)) for length, chunk, _ in rs] for r, rs in rounds.items()}
+    assert all(shape == shapes[0] for shape in shapes.values()), "every rank must run the same rounds"
+    kept = [
+        s.id for rs in rounds.values() for _, chunk, real in rs for s, k in zip(chunk, real, strict=True) if k
+    ]
+    assert sorted(kept) == sorted(s.id for s in items)
+
+
+def _torchrun(output_root: Path, run_name: str, *overrides: str) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "DS_ACCELERATOR": "cpu",  # DeepSpeed's CPU accelerator (gloo), even where a GPU is visible
+        "CUDA_VISIBLE_DEVICES": "",
+        "TORCH_EXTENSIONS_DIR": str(REPO / "outputs" / "torch_extensions"),  # the comm op compiles once
+        "OMP_NUM_THREADS": "1",  # two ranks on two cores
+        "WANDB_MODE": "offline",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    command = [
+        *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"),
+        *("-m", "train", "+exp=quickstart", f"output_root={output_root}", f"run_name={run_name}"),
+        *("trainer.max_steps=2", "trainer.save_steps=2", "trainer.batch_size=2", "trainer.grad_accum=1"),
+        *("trainer.num_workers=0", "trainer.gradient_checkpointing=false", "trainer.logging_steps=1"),
+        *("data.synthetic.train_videos=4", "data.synthetic.eval_videos=3"),
+        *(
+            "data.synthetic.vp_questions_per_video=2",
+            f"eval.limit={EVAL_LIMIT}",
+            "eval.max_new_tokens_open=16",
+        ),
+        *overrides,
+    ]
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def output_root(tmp_path_factory):
+    """Shared by both runs, so the synthetic data and the tiny model are built once."""
+    return tmp_path_factory.mktemp("deepspeed")
+
+
+def _check_run(output_root: Path, run_name: str, stage: int) -> Path:
+    result = _torchrun(output_root, run_name, f"trainer=zero{stage}")
+    # torchrun exits 0 only when every rank did (an abort at exit on either rank fails it).
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    assert result.stdout.count("report:") == 1, "rank 0 alone reports"
+    run_dir = output_root / run_name
+    assert json.loads((run_dir / "deepspeed.json").read_text())["zero_optimization"]["stage"] == stage
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [c["name"] for c in summary["checkpoints"]] == ["checkpoint-2"]
+    for bench, metric in (("v2p", "accuracy"), ("ovi", "ca")):
+        entry = summary["benchmarks"][bench]["metrics"][metric]
+        assert entry["baseline"] is not None and "checkpoint-2" in entry["checkpoints"]
+    _check_each_item_once(run_dir)
+    assert len(list(run_dir.glob("wandb/offline-run-*"))) == 1, "one W&B run, from rank 0"
+    return run_dir
+
+
+def _check_each_item_once(run_dir: Path) -> None:
+    from eval.evaluator import load_benchmark
+
+    resolved = OmegaConf.load(run_dir / "resolved_config.yaml")
+    cfg = EvalConfig(v2p_root=resolved.eval.v2p_root, ovi_root=resolved.eval.ovi_root, limit=EVAL_LIMIT)
+    for bench in ("v2p", "ovi"):
+        expected = sorted(sample.id for sample in load_benchmark(bench, cfg))
+        for model in ("baseline", "checkpoint-2"):
+            lines = (run_dir / "eval" / model / f"{bench}.jsonl").read_text().splitlines()
+            assert sorted(json.loads(line)["id"] for line in lines) == expected, (model, bench)
+
+
+@pytest.mark.slow
+def test_zero2_lora_on_two_processes(output_root):
+    run_dir = _check_run(output_root, "zero2", stage=2)
+    state = json.loads((run_dir / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text())
+    losses = [entry["loss"] for entry in state["log_history"] if "loss" in entry]
+    assert losses and all(math.isfinite(loss) for loss in losses)
+
+
+@pytest.mark.slow
+def test_zero3_lora_on_two_processes(output_root):
+    run_dir = _check_run(output_root, "zero3", stage=3)
+    # Saved with the partitioned weights gathered: an ordinary adapter that loads without DeepSpeed.
+    assert (run_dir / "checkpoints" / "checkpoint-2" / "adapter_model.safetensors").stat().st_size > 100_000

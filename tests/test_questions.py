@@ -1,0 +1,376 @@
+"""Question generation: the template default, the endpoint backend against a scripted local server,
+the cache (no second request, resume after a crash, a cut last line), quarantine, and the settings."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from data_builders.errors import SettingError
+from data_builders.ovi_train import build_ovi_items, build_ovi_train
+from data_builders.questions import (
+    ModelQuestions,
+    QuestionConfig,
+    QuestionContext,
+    TemplateQuestions,
+    make_question_generator,
+    parse_reply,
+    video_questions,
+)
+from data_builders.sources.activitynet import load_activitynet_captions
+from data_builders.sources.captions import Caption, CaptionedVideo
+from data_builders.text_client import TextModelError
+from data_builders.video_io import write_mp4
+
+# Keywords in a caption script the fake server: BROKEN never gets valid JSON, FLAKY gets HTTP 500 once.
+CAPTIONS = {
+    "v_kitchen": {
+        "duration": 8.0,
+        "timestamps": [[0.0, 3.0], [3.0, 6.0], [3.0, 6.0], [5.0, 8.0]],
+        "sentences": [
+            "A man chops onions on a board",
+            "He pours oil into a pan",
+            "the stove is turned on",
+            "He stirs the onions FLAKY",
+        ],
+    },
+    "v_park": {
+        "duration": 8.0,
+        "timestamps": [[0.0, 4.0], [4.0, 8.0]],
+        "sentences": ["A dog runs across the grass", "The dog catches a frisbee BROKEN"],
+    },
+    "v_street": {
+        "duration": 8.0,
+        "timestamps": [[0.0, 2.5], [2.5, 7.5]],
+        "sentences": ["A red car stops at the light", "A woman crosses the street"],
+    },
+}
+
+
+def _write_source(root: Path, captions: dict) -> tuple[Path, Path]:
+    frames = np.random.default_rng(0).integers(0, 255, size=(8, 32, 32, 3), dtype=np.uint8)
+    for key in captions:
+        write_mp4(root / "videos" / f"{key}.mp4", frames, fps=1.0)
+    path = root / "captions.json"
+    path.write_text(json.dumps(captions))
+    return path, root / "videos"
+
+
+@pytest.fixture()
+def source(tmp_path: Path) -> tuple[Path, Path]:
+    return _write_source(tmp_path, CAPTIONS)
+
+
+@pytest.fixture()
+def good_source(tmp_path: Path) -> tuple[Path, Path]:
+    """Captions the server always answers well (7 segments)."""
+    clean = {
+        k: {**v, "sentences": [s.replace(" FLAKY", "") for s in v["sentences"]]} for k, v in CAPTIONS.items()
+    }
+    clean["v_park"]["sentences"][1] = "The dog catches a frisbee"
+    return _write_source(tmp_path / "good", clean)
+
+
+class FakeServer:
+    """A scripted ``/chat/completions`` server on 127.0.0.1 (free port, thread), logging every request."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        self._lock, self._flaky_seen = threading.Lock(), set()
+        handler = self._handler()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self._server.server_port}/v1"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def reply(self, body: dict) -> tuple[int, str]:
+        content = body["messages"][-1]["content"]
+        parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        text = next(p["text"] for p in parts if p["type"] == "text")
+        with self._lock:
+            self.requests.append({"text": text, "images": [p for p in parts if p["type"] == "image_url"]})
+            first_flaky = "FLAKY" in text and text not in self._flaky_seen
+            self._flaky_seen.add(text)
+        if first_flaky:
+            return 500, "overloaded"
+        if "BROKEN" in text:
+            return 200, _completion("Sure! The dog is playing, I think.")
+        first = re.search(r"^- (.*)$", text, re.M).group(1)
+        qa = {
+            "question": f"What is shown before the segment ends? ({first[:12]})",
+            "answer": f"In it, {first}",
+        }
+        return 200, _completion(f"Here you go:\n```json\n{json.dumps(qa)}\n```")
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802  (the http.server name)
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                code, payload = server.reply(body)
+                data = payload.encode()
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        return Handler
+
+
+def _completion(content: str) -> str:
+    return json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]})
+
+
+@pytest.fixture()
+def server() -> Iterator[FakeServer]:
+    fake = FakeServer()
+    yield fake
+    fake.stop()
+
+
+def _endpoint(server: FakeServer, cache: Path, **extra) -> QuestionConfig:
+    settings = {"frames": 2, "backoff_s": 0.0, "max_retries": 2, **extra}
+    return QuestionConfig(
+        backend="endpoint", base_url=server.url, model="fake-vlm", cache=str(cache), **settings
+    )
+
+
+# --- template -----------------------------------------------------------------------------------
+
+
+def test_template_is_the_default_and_lists_questions_in_the_old_order(source: tuple[Path, Path]):
+    assert isinstance(make_question_generator(QuestionConfig()), TemplateQuestions)
+    default = build_ovi_items(*source, seed=3)
+    assert default == build_ovi_items(*source, seed=3, questions=TemplateQuestions())
+    data = {
+        "v": {
+            "duration": 9.0,
+            "timestamps": [[0, 4], [0, 4], [2, 9], [4, 9]],
+            "sentences": [
+                "a red circle moves",
+                "a blue square spins",
+                "the red circle grows",
+                "a green star falls",
+            ],
+        }
+    }
+    path = source[0].parent / "objects.json"
+    path.write_text(json.dumps(data))
+    (video,), _ = load_activitynet_captions(path)
+    qas = video_questions(TemplateQuestions(), video, QuestionContext(), [])
+    assert [q.kind for q in qas] == ["window"] * 3 + ["object"] * 3
+    assert qas[0].answer == "A red circle moves and a blue square spins." and qas[0].segment == (0, 4)
+    red = next(q for q in qas if q.name == "red circle")
+    assert red.answer == "The red circle grows." and red.captions == {2}  # its longest caption
+    assert qas[-1].name == "green star"
+    # A source's own QA pair still names objects for the object questions.
+    own = Caption("m", 0, 0.0, 5.0, "the man holds a red ball", question="What does the man hold?")
+    movie = CaptionedVideo("m", 10.0, [own, Caption("m", 1, 5.0, 9.0, "the man walks away")])
+    qas = video_questions(TemplateQuestions(), movie, QuestionContext(), [])
+    assert [(q.kind, q.question) for q in qas] == [
+        ("source", "What does the man hold?"),
+        ("window", "What happens in the video between 5.0 s and 9.0 s?"),
+        ("object", "Describe what the red ball does."),
+    ]
+
+
+def test_template_rows_are_those_of_the_inline_templates_they_replaced(tmp_path: Path):
+    # The hash of the rows the pre-`questions` code built from this source (object and plain captions).
+    from test_ovi_train import _make_source
+
+    rows, _ = build_ovi_items(*_make_source(tmp_path, n_videos=12, seed=5), seed=7)
+    digest = hashlib.sha1(json.dumps(rows, sort_keys=True).encode()).hexdigest()
+    assert (len(rows), digest) == (108, "6d6cdcb777ed4429d69b75a726a9fa1fdc393162")
+
+
+# --- endpoint -----------------------------------------------------------------------------------
+
+
+def test_endpoint_answers_land_in_items_and_bad_replies_are_quarantined(
+    source: tuple[Path, Path], server: FakeServer, tmp_path: Path
+):
+    out = build_ovi_train(
+        *source, tmp_path / "out", seed=0, questions=_endpoint(server, tmp_path / "c.jsonl")
+    )
+    rows = [json.loads(line) for line in (out / "ovibench.jsonl").read_text().splitlines()]
+    info = json.loads((out / "build_info.json").read_text())
+    # 7 segments: 5 good, 1 good after an HTTP 500, 1 invalid in all 3 tries -> 5 + 2 + 3 requests
+    assert len(server.requests) == 10
+    summary = info["settings"]["questions"]
+    assert (summary["generated"], summary["failed"], summary["requests"]) == (6, 1, 9)
+    assert summary["backend"] == "endpoint:fake-vlm|temperature=0.0|frames=2"
+    assert info["quarantine_reasons"] == [
+        "v_park[1]: question generation failed: no valid reply in 3 tries; last: no JSON object in the reply"
+    ]
+    stats = (out / "stats.md").read_text()
+    assert f"Questions: {summary['backend']} (generated 6, from_cache 0, failed 1, errors 0)" in stats
+    broken = [r["text"] for r in server.requests if "BROKEN" in r["text"]]
+    assert len(broken) == 3 and "previous reply was not usable" in broken[1]
+    # Captions sharing a segment are asked about together; frames go along as JPEG data URLs.
+    shared = next(r["text"] for r in server.requests if "pours oil" in r["text"])
+    assert "- The stove is turned on." in shared and "3.0 s to 6.0 s" in shared
+    for request in server.requests:
+        assert len(request["images"]) == 2
+        url = request["images"][0]["image_url"]["url"]
+        assert base64.b64decode(url.removeprefix("data:image/jpeg;base64,"))[:2] == b"\xff\xd8"
+    asked = {r["question"] for r in rows}
+    assert len(asked) == 6 and all(q.startswith("What is shown before the segment ends?") for q in asked)
+    assert {r["answer"] for r in rows if "chops" in r["answer"]} == {"In it, A man chops onions on a board."}
+    corrections = [r for r in rows if r["interruption_type"] == "Correction"]
+    assert corrections and all(r["interruption"].split(": ", 1)[1] in asked for r in corrections)
+    assert all(r["reference_reaction"].startswith("In it, ") for r in corrections)
+
+
+def test_second_build_asks_nothing(source: tuple[Path, Path], server: FakeServer, tmp_path: Path):
+    config = _endpoint(server, tmp_path / "c.jsonl")
+    first = build_ovi_items(*source, seed=0, questions=make_question_generator(config))
+    server.requests.clear()
+    generator = make_question_generator(config)
+    assert build_ovi_items(*source, seed=0, questions=generator) == first
+    assert server.requests == []
+    assert (generator.summary()["from_cache"], generator.summary()["failed"]) == (7, 1)
+    # retry_failed asks again for the one that failed, and nothing else
+    config.retry_failed = True
+    build_ovi_items(*source, seed=0, questions=make_question_generator(config))
+    assert len(server.requests) == 3 and all("BROKEN" in r["text"] for r in server.requests)
+
+
+class _CrashAfter:
+    """Wraps a text model; the request after the first ``n`` raises, as a crash would."""
+
+    def __init__(self, model, n: int):
+        self.model, self.n, self.identity = model, n, model.identity
+
+    def chat(self, messages, *, seed):
+        if self.n == 0:
+            raise RuntimeError("crash")
+        self.n -= 1
+        return self.model.chat(messages, seed=seed)
+
+
+def test_interrupted_build_resumes_with_only_the_missing_requests(
+    good_source: tuple[Path, Path], server: FakeServer, tmp_path: Path
+):
+    reference = build_ovi_items(
+        *good_source, seed=0, questions=make_question_generator(_endpoint(server, tmp_path / "r"))
+    )
+    assert len(server.requests) == 7
+    server.requests.clear()
+    config = _endpoint(server, tmp_path / "c.jsonl")
+    crashing = make_question_generator(config)
+    crashing.model = _CrashAfter(crashing.model, 4)
+    with pytest.raises(RuntimeError, match="crash"):
+        build_ovi_items(*good_source, seed=0, questions=crashing)
+    assert len(server.requests) == 4 and len((tmp_path / "c.jsonl").read_text().splitlines()) == 4
+    server.requests.clear()
+    assert build_ovi_items(*good_source, seed=0, questions=make_question_generator(config)) == reference
+    assert len(server.requests) == 3
+    # A crash mid-write leaves a cut last line: it is dropped and asked again, and the file stays whole.
+    cache = tmp_path / "c.jsonl"
+    cache.write_bytes(cache.read_bytes()[:-20])
+    server.requests.clear()
+    generator = make_question_generator(config)
+    assert build_ovi_items(*good_source, seed=0, questions=generator) == reference
+    assert len(server.requests) == 1 and generator.summary()["cache_lines_dropped"] == 1
+    assert [json.loads(line)["key"] for line in cache.read_text().splitlines()]
+
+
+def test_unreachable_endpoint_stops_the_build(source: tuple[Path, Path], tmp_path: Path):
+    config = QuestionConfig(backend="endpoint", base_url="http://127.0.0.1:1/v1", model="m", frames=0)
+    config.max_retries, config.cache = 0, str(tmp_path / "c.jsonl")
+    with pytest.raises(TextModelError, match="first 3 segments failed"):
+        build_ovi_items(*source, seed=0, questions=make_question_generator(config))
+    assert not (tmp_path / "c.jsonl").exists()  # transport failures are not cached
+
+
+# --- hf (text only) and the pieces ---------------------------------------------------------------
+
+
+class _FakeLocal:
+    identity = "local:fake|temperature=0.0"
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def answer(self, prompt: str, *, seed: int) -> str:
+        self.prompts.append(prompt)
+        return '{"question": "What happens?", "answer": "Something happens here."}'
+
+
+def test_text_only_model_sees_captions_and_no_frames(source: tuple[Path, Path], tmp_path: Path):
+    model = _FakeLocal()
+    rows, quarantined = build_ovi_items(
+        *source, seed=0, questions=ModelQuestions(model, cache=tmp_path / "c")
+    )
+    assert len(model.prompts) == 7 and not quarantined and rows
+    assert "frames" not in model.prompts[0] and "- A man chops onions on a board." in model.prompts[0]
+    config = QuestionConfig(backend="hf", model="some/dir", frames=4)
+    generator = make_question_generator(config, tmp_path)
+    assert generator.frames == 0 and generator.cache.path == tmp_path / "question_cache.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("reply", "why"),
+    [
+        ('```json\n{"question": "Q?", "answer": "It jumps."}\n```', ""),
+        ('[1] then {"note": {"x": 1}, "question": "Q?", "answer": "It  jumps."}', ""),
+        ('{"question": "Q?"', "no JSON object"),
+        ('{"question": "Q?", "answer": "Yes"}', "two words"),
+        ('{"question": "", "answer": "It jumps."}', "no question"),
+        ('{"question": "Q?", "answer": "' + "word " * 90 + '"}', "longer than 80"),
+    ],
+)
+def test_parse_reply(reply: str, why: str):
+    parsed, reason = parse_reply(reply)
+    if why:
+        assert parsed is None and why in reason
+    else:
+        assert parsed == {"question": "Q?", "answer": "It jumps."}
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (QuestionConfig(backend="vlm"), "questions.backend"),
+        (QuestionConfig(backend="endpoint", base_url="http://x/v1"), "questions.model"),
+        (QuestionConfig(backend="endpoint", model="m"), "questions.base_url"),
+        (QuestionConfig(backend="endpoint", model="m", base_url="localhost:8000"), "http"),
+        (QuestionConfig(backend="hf", model="m", attempts=0), "attempts"),
+    ],
+)
+def test_bad_settings_are_named(config: QuestionConfig, message: str):
+    with pytest.raises(SettingError, match=message):
+        make_question_generator(config)
+
+
+def test_cli_config_takes_question_settings():
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from data_builders.cli_config import register_configs
+
+    register_configs()
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    overrides = ["builder=ovi_train", "builder.questions.backend=endpoint", "builder.questions.frames=0"]
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        questions = OmegaConf.to_object(compose("build", overrides=overrides).builder.questions)
+        with pytest.raises(Exception, match="frame"):
+            compose("build", overrides=["builder=ovi_train", "builder.questions.frame=2"])
+    assert isinstance(questions, QuestionConfig) and (questions.backend, questions.frames) == ("endpoint", 0)
