@@ -136,7 +136,7 @@ def run(cfg: TrainConfig) -> RunResult:
             + ([CheckpointEval(evaluator, adapter)] if evaluator and cfg.eval.on_save else []),
         )
         last = _last_checkpoint(run_dir / "checkpoints")
-        if last:
+        if last and main:
             print(f"resuming from {last}", flush=True)
         trainer.train(resume_from_checkpoint=last)
         trainer.save_model(str(run_dir / "final"))
