@@ -8,6 +8,7 @@ vision patch grid) so the cache stays small and the model processor's own resize
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -168,13 +169,29 @@ def decode_span(path: str | Path, start: float, end: float, spec: MediaSpec) -> 
 
 
 def load_image(path: str | Path, spec: MediaSpec) -> np.ndarray:
-    """Load a still image (a visual-prompt frame) as uint8[H, W, 3] within the image pixel budget."""
+    """Load a still image (a visual-prompt frame) as uint8[H, W, 3] within the image pixel budget.
+
+    Decoded once per process and file version: every epoch and checkpoint evaluation reuses it. The
+    array is shared, so it is returned read-only.
+    """
+    path = str(path)
+    try:
+        stat = os.stat(path)
+    except OSError as exc:
+        raise DecodeError(path, f"cannot read image: {exc}") from exc
+    return _load_image(path, stat.st_size, stat.st_mtime_ns, spec.image_max_pixels)
+
+
+@functools.lru_cache(maxsize=4096)
+def _load_image(path: str, size: int, mtime_ns: int, max_pixels: int) -> np.ndarray:
     try:
         with Image.open(path) as img:
             array = np.asarray(img.convert("RGB"))
     except (OSError, ValueError) as exc:
-        raise DecodeError(str(path), f"cannot read image: {exc}") from exc
-    return resize_frames(array[None], spec.image_max_pixels)[0]
+        raise DecodeError(path, f"cannot read image: {exc}") from exc
+    image = resize_frames(array[None], max_pixels)[0]
+    image.flags.writeable = False
+    return image
 
 
 class FrameCache:

@@ -103,3 +103,28 @@ def test_hanging_decoder_times_out(video, monkeypatch):
     with pytest.raises(DecodeError, match="longer than 0.5 s"):
         decode_span(video, 0.0, 4.0, MediaSpec(timeout_s=0.5))
     assert time.monotonic() - started < 3
+
+
+def test_images_decode_once_per_file_version(tmp_path, monkeypatch):
+    from PIL import Image
+
+    from data_builders.media import load_image
+
+    path = tmp_path / "vp.jpg"
+    Image.fromarray(np.full((112, 112, 3), 200, np.uint8)).save(path)
+    spec = MediaSpec(image_max_pixels=84 * 84)
+    first = load_image(path, spec)
+    opened = []
+    real_open = Image.open
+    monkeypatch.setattr(Image, "open", lambda *a, **k: opened.append(a) or real_open(*a, **k))
+    assert load_image(path, spec) is first and not opened
+    assert first.shape == (84, 84, 3) and not first.flags.writeable
+    Image.fromarray(np.full((112, 112, 3), 10, np.uint8)).save(path)  # a new version of the file
+    assert load_image(path, spec).mean() < 50 and opened
+
+
+def test_missing_image_names_the_file(tmp_path):
+    from data_builders.media import load_image
+
+    with pytest.raises(DecodeError, match="nowhere.jpg: cannot decode video: cannot read image"):
+        load_image(tmp_path / "nowhere.jpg", MediaSpec())
