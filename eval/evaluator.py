@@ -151,7 +151,8 @@ def _end_cut_line(path: Path) -> None:
                 file.write("\n")
 
 
-def _read_results(path: Path) -> dict[str, dict]:
+def read_results(path: Path) -> dict[str, dict]:
+    """Per-sample records of one model on one benchmark by item id (the last line of an id wins)."""
     if not path.exists():
         return {}
     results = {}
@@ -278,7 +279,7 @@ class Evaluator:
     def _done(self, path: Path) -> dict[str, dict]:
         """The records already on disk, with a last line cut by a kill closed off (rank 0 only)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        done = _read_results(path)
+        done = read_results(path)
         _end_cut_line(path)
         return done
 
@@ -451,7 +452,7 @@ class Evaluator:
 
         def results_of(model_name: str) -> dict[str, list[dict]]:
             return {
-                b: list(_read_results(self.run_dir / "eval" / model_name / f"{b}.jsonl").values())
+                b: list(read_results(self.run_dir / "eval" / model_name / f"{b}.jsonl").values())
                 for b in self.benchmarks
             }
 
