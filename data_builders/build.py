@@ -18,6 +18,7 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from data_builders.errors import SettingError
 from data_builders.files import write_json_atomic
 
 # Part of the build hash: bump it when the builders' output changes for the same config, so
@@ -31,9 +32,9 @@ class SyntheticDataConfig:
 
     root: str = "${output_root}/data/synthetic"
     seed: int = 0
-    train_videos: int = 48
+    train_videos: int = 240
     eval_videos: int = 24
-    vp_questions_per_video: int = 4
+    vp_questions_per_video: int = 6
     shapes: list[str] = field(default_factory=lambda: ["rectangle", "ellipse", "arrow", "point"])
     ovi_mix: list[int] = field(default_factory=lambda: [1, 2, 1])  # Cancellation : Correction : False Trigger
 
@@ -63,6 +64,18 @@ def _config_hash(cfg: SyntheticDataConfig) -> str:
     return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def _refuse_other_build(root: Path, built: dict, wanted: dict) -> None:
+    """Another configuration's finished build is at ``root``: never delete it silently (other runs'
+    results refer to its items); say which settings differ."""
+    differ = sorted(k for k in wanted if k != "root" and built.get(k) != wanted[k])
+    if differ:
+        changes = ", ".join(f"{k}: {built.get(k)!r} there, {wanted[k]!r} asked" for k in differ)
+        raise SettingError(
+            f"{root} holds a synthetic build with other settings ({changes}); set data.synthetic.root "
+            f"to another directory, or delete {root} to rebuild it"
+        )
+
+
 def build_synthetic(cfg: SyntheticDataConfig) -> SyntheticPaths:
     """Render the worlds and build the four datasets, unless an identical build is already there.
 
@@ -84,10 +97,13 @@ def _build_synthetic(cfg: SyntheticDataConfig) -> SyntheticPaths:
     root = Path(cfg.root)
     marker = root / "build.json"
     config_hash = _config_hash(cfg)
-    if marker.exists() and json.loads(marker.read_text()).get("config_hash") == config_hash:
-        return _paths(root)
+    if marker.exists():
+        built = json.loads(marker.read_text())
+        if built.get("config_hash") == config_hash:
+            return _paths(root)
+        _refuse_other_build(root, built.get("config", {}), asdict(cfg))
     if root.exists():
-        shutil.rmtree(root)  # a partial or different build: start clean rather than mix
+        shutil.rmtree(root)  # a partial build, or one by an older builder: start clean rather than mix
     root.mkdir(parents=True)
     worlds = {"train": root / "world_train", "eval": root / "world_eval"}
     build_world(worlds["train"], cfg.train_videos, seed=cfg.seed)

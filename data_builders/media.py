@@ -171,15 +171,15 @@ def decode_span(path: str | Path, start: float, end: float, spec: MediaSpec) -> 
 def load_image(path: str | Path, spec: MediaSpec) -> np.ndarray:
     """Load a still image (a visual-prompt frame) as uint8[H, W, 3] within the image pixel budget.
 
-    Decoded once per process and file version: every epoch and checkpoint evaluation reuses it. The
-    array is shared, so it is returned read-only.
+    Decoded once per process and file version: every epoch and checkpoint evaluation reuses it (each
+    caller gets its own copy, so nothing can alter the cached frame).
     """
     path = str(path)
     try:
         stat = os.stat(path)
     except OSError as exc:
         raise DecodeError(path, f"cannot read image: {exc}") from exc
-    return _load_image(path, stat.st_size, stat.st_mtime_ns, spec.image_max_pixels)
+    return _load_image(path, stat.st_size, stat.st_mtime_ns, spec.image_max_pixels).copy()
 
 
 @functools.lru_cache(maxsize=4096)

@@ -2,7 +2,7 @@
 
     python -m eval model.name_or_path=Qwen/Qwen2.5-VL-7B-Instruct model.tiny=false media=qwen_64f \
         data.build_synthetic=false eval.v2p_root=/data/V2P-Bench eval.benchmarks=[v2p]
-    python -m eval adapter=outputs/quickstart/checkpoints/checkpoint-300 run_name=quickstart_eval
+    python -m eval adapter=outputs/quickstart/checkpoints/checkpoint-1000 run_name=quickstart_eval
     python -m eval score_file=/data/V2P-Bench/responses.jsonl run_name=score_qwen   # no model runs
 """
 

@@ -22,7 +22,7 @@ def run(cfg: EvalRunConfig) -> dict:
     Open-ended OVIBench items are scored by ``cfg.judge`` when its backend is not ``none``.
     """
     if cfg.adapter:
-        cfg.media = _training_media(Path(cfg.adapter), cfg.media)
+        _use_training_run(cfg)
     if cfg.data.build_synthetic:
         paths = build_synthetic(cfg.data.synthetic)
         cfg.eval.v2p_root = cfg.eval.v2p_root or str(paths.v2p_bench)
@@ -55,20 +55,25 @@ def run(cfg: EvalRunConfig) -> dict:
         logger.finish()
 
 
-def _training_media(checkpoint: Path, configured: MediaSpec) -> MediaSpec:
-    """The media spec the checkpoint was trained with, when its run's resolved config is beside it.
+def _use_training_run(cfg: EvalRunConfig) -> None:
+    """Evaluate a training checkpoint the way its run did, when the run's resolved config is beside it.
 
-    A model is scored on frames sampled the way it was trained on; a configured spec that differs is
-    replaced, loudly, rather than drifting silently.
+    A model is scored on frames sampled the way it was trained on: a configured media spec that differs
+    is replaced, loudly, rather than drifting silently. Unless benchmark roots are given, the run's own
+    benchmarks are used (no second synthetic build).
     """
-    resolved = checkpoint.parent.parent / "resolved_config.yaml"
+    resolved = Path(cfg.adapter).parent.parent / "resolved_config.yaml"
     if not resolved.exists():
-        return configured
-    trained = MediaSpec(**OmegaConf.to_container(OmegaConf.load(resolved).media))
-    if trained.fingerprint != configured.fingerprint:
+        return
+    run_cfg = OmegaConf.load(resolved)
+    trained = MediaSpec(**OmegaConf.to_container(run_cfg.media))
+    if trained.fingerprint != cfg.media.fingerprint:
         warnings.warn(
-            f"evaluating {checkpoint} with its training run's media spec ({resolved}, fingerprint "
-            f"{trained.fingerprint}) instead of the configured one ({configured.fingerprint})",
-            stacklevel=2,
+            f"evaluating {cfg.adapter} with its training run's media spec ({resolved}, fingerprint "
+            f"{trained.fingerprint}) instead of the configured one ({cfg.media.fingerprint})",
+            stacklevel=3,
         )
-    return trained
+    cfg.media = trained
+    if not cfg.eval.v2p_root and not cfg.eval.ovi_root:
+        cfg.eval.v2p_root, cfg.eval.ovi_root = run_cfg.eval.v2p_root, run_cfg.eval.ovi_root
+        cfg.data.build_synthetic = False

@@ -87,3 +87,19 @@ def test_run_cli_prints_user_errors_as_one_line(capsys):
     assert caught.value.code == 2 and capsys.readouterr().err == "error: mix needs 3 weights\n"
     with pytest.raises(KeyError):  # a bug is not a user error: its traceback stays
         run_cli(lambda: {}["x"])
+
+
+def test_a_synthetic_build_with_other_settings_is_never_deleted_silently(tmp_path):
+    from data_builders.build import SyntheticDataConfig, build_synthetic
+    from data_builders.errors import SettingError
+
+    root = tmp_path / "synthetic"
+    build_synthetic(
+        SyntheticDataConfig(root=str(root), train_videos=2, eval_videos=2, vp_questions_per_video=1)
+    )
+    before = (root / "build.json").read_text()
+    with pytest.raises(SettingError, match="train_videos: 2 there, 3 asked"):
+        build_synthetic(
+            SyntheticDataConfig(root=str(root), train_videos=3, eval_videos=2, vp_questions_per_video=1)
+        )
+    assert (root / "build.json").read_text() == before
