@@ -18,6 +18,9 @@ from typing import Any, Protocol
 
 from data_builders.errors import SettingError
 
+_MAX_BACKOFF_S = 60.0
+_ERROR_SNIPPET = 300  # characters of an error body kept in a message
+
 
 class TextModelError(SettingError):
     """The text model could not answer (endpoint down, bad reply, missing model).
@@ -38,7 +41,8 @@ class EndpointTextModel:
     """An OpenAI-compatible ``/chat/completions`` endpoint (vLLM, SGLang, hosted APIs), standard library only.
 
     Timeouts, connection errors and HTTP 429/5xx are retried ``max_retries`` times with backoff
-    ``backoff_s * 2**k`` (at most 30 s); other HTTP errors fail at once.
+    ``backoff_s * 2**k`` (at most 60 s); other HTTP errors fail at once. The builders' QC and question
+    generation and the evaluation's LLM judge all use this one client.
 
     Args:
         base_url: e.g. ``http://localhost:8000/v1``.
@@ -71,11 +75,12 @@ class EndpointTextModel:
         self.timeout_s, self.max_retries, self.backoff_s = timeout_s, max(0, max_retries), backoff_s
         self._sleep = sleep
         self.identity = f"endpoint:{model}|temperature={temperature}"
+        self.n_requests = 0  # HTTP requests sent, retries included
 
-    def answer(self, prompt: str, *, seed: int) -> str:
+    def answer(self, prompt: str, *, seed: int | None) -> str:
         return self.chat([{"role": "user", "content": prompt}], seed=seed)
 
-    def chat(self, messages: list[dict[str, Any]], *, seed: int) -> str:
+    def chat(self, messages: list[dict[str, Any]], *, seed: int | None) -> str:
         """The reply to a list of chat messages (content may hold ``image_url`` parts).
 
         Raises:
@@ -86,12 +91,13 @@ class EndpointTextModel:
             "messages": messages,
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
-            "seed": seed,
         }
+        if seed is not None:  # not every server takes one
+            body["seed"] = seed
         data, last = json.dumps(body).encode(), ""
         for attempt in range(self.max_retries + 1):
             if attempt:
-                self._sleep(min(30.0, self.backoff_s * 2 ** (attempt - 1)))
+                self._sleep(min(_MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 1)))
             try:
                 return self._post(data)
             except _Retry as err:
@@ -104,20 +110,33 @@ class EndpointTextModel:
         if key:
             headers["Authorization"] = f"Bearer {key}"
         request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+        self.n_requests += 1
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 raw = response.read()
         except urllib.error.HTTPError as err:  # before URLError, of which it is a subclass
+            message = f"HTTP {err.code}: {_error_body(err, key)}"
             if err.code == 429 or err.code >= 500:
-                raise _Retry(f"HTTP {err.code}") from err
-            raise TextModelError(f"{self.url}: HTTP {err.code}") from err
+                raise _Retry(message) from err
+            raise TextModelError(f"{self.url}: {message}") from err
         except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as err:
             raise _Retry(f"{type(err).__name__}: {err}") from err
         try:
             content = json.loads(raw)["choices"][0]["message"].get("content")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as err:
-            raise TextModelError(f"{self.url}: unexpected reply {raw[:200]!r}") from err
+            # A body of the wrong shape means a wrong endpoint or server, which a retry will not fix.
+            snippet = raw[:_ERROR_SNIPPET].decode(errors="replace")
+            raise TextModelError(f"{self.url}: unexpected response body: {snippet!r}") from err
         return content if isinstance(content, str) else ""
+
+
+def _error_body(err: urllib.error.HTTPError, key: str) -> str:
+    """The start of an error response's body, with the API key blanked out if a server echoes it."""
+    try:
+        text = err.read().decode(errors="replace")[:_ERROR_SNIPPET]
+    except Exception:  # the body of an error response is a courtesy; never let it mask the error
+        return ""
+    return text.replace(key, "***") if key else text
 
 
 class _Retry(Exception):

@@ -13,20 +13,17 @@ API keys are read from the environment at request time and are never stored, log
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import math
-import os
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from data_builders.text_client import EndpointTextModel, TextModelError
 from eval.rubrics import (
     BINARY,
     METRICS,
@@ -41,8 +38,6 @@ from eval.rubrics import (
 from eval.scoring import strip_thinking
 
 UNJUDGED = "unjudged"
-_MAX_BACKOFF_S = 60.0
-_ERROR_SNIPPET = 300  # characters of an error body kept in a JudgeUnavailable message
 
 
 class JudgeUnavailable(RuntimeError):
@@ -136,16 +131,13 @@ def _clamp(value: float, scale: Scale) -> float:
 # Backends
 
 
-class _Retryable(Exception):
-    """A failure worth another try: timeout, connection error, HTTP 429 or 5xx."""
-
-
 class OpenAICompatibleJudge:
     """A judge behind an OpenAI-compatible ``/chat/completions`` endpoint (vLLM, SGLang, hosted APIs).
 
-    Only the standard library is used. Timeouts, connection errors and HTTP 429/5xx are retried up to
-    ``max_retries`` times (so ``1 + max_retries`` tries in all) with exponential backoff
-    ``backoff_s * 2**k``; other HTTP errors (400, 401, 404 …) are not retried.
+    A thin wrapper over the project's one HTTP client (``data_builders.text_client``). Timeouts,
+    connection errors and HTTP 429/5xx are retried up to ``max_retries`` times (so ``1 + max_retries``
+    tries in all) with exponential backoff ``backoff_s * 2**k``; other HTTP errors (400, 401, 404 …) are
+    not retried.
 
     Args:
         base_url: e.g. ``http://localhost:8000/v1``; ``/chat/completions`` is appended.
@@ -174,16 +166,26 @@ class OpenAICompatibleJudge:
         max_tokens: int = 256,
         sleep: Callable[[float], None] = time.sleep,
     ):
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"judge base_url must start with http:// or https://, got {base_url!r}")
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model, self.api_key_env = model, api_key_env
-        self.timeout_s, self.max_retries, self.backoff_s = timeout_s, max_retries, backoff_s
-        self.temperature, self.seed, self.max_tokens = temperature, seed, max_tokens
-        self._sleep = sleep
-        self.n_requests = 0  # HTTP requests sent, retries included
+        self.client = EndpointTextModel(
+            base_url,
+            model,
+            api_key_env=api_key_env,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            backoff_s=backoff_s,
+            sleep=sleep,
+            setting="judge base_url",
+        )
+        self.model, self.temperature, self.seed = model, temperature, seed
+
+    @property
+    def n_requests(self) -> int:
+        """HTTP requests sent, retries included."""
+        return self.client.n_requests
 
     @property
     def identity(self) -> str:
@@ -197,65 +199,10 @@ class OpenAICompatibleJudge:
             JudgeUnavailable: on a non-retryable HTTP error, an unexpected response body, or when every
                 try failed.
         """
-        payload: dict[str, Any] = {
-            "model": self.model,
-            "messages": [{"role": "user", "content": prompt}],
-            "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
-        }
-        if self.seed is not None:
-            payload["seed"] = self.seed
-        body = json.dumps(payload).encode()
-        last_error = ""
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                self._sleep(min(self.backoff_s * 2 ** (attempt - 1), _MAX_BACKOFF_S))
-            try:
-                return self._post(body)
-            except _Retryable as err:
-                last_error = str(err)
-        raise JudgeUnavailable(f"judge {self.model}: {self.max_retries + 1} tries failed; last: {last_error}")
-
-    def _post(self, body: bytes) -> str:
-        key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
-        headers = {"Content-Type": "application/json"}
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-        self.n_requests += 1
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as err:  # before URLError: HTTPError is a subclass of it
-            message = f"HTTP {err.code}: {_redact(_error_body(err), key)}"
-            if err.code == 429 or err.code >= 500:
-                raise _Retryable(message) from err
-            raise JudgeUnavailable(f"judge {self.model}: {message}") from err
-        except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as err:
-            raise _Retryable(f"{type(err).__name__}: {err}") from err
-        return _reply_text(raw, self.model)
-
-
-def _error_body(err: urllib.error.HTTPError) -> str:
-    try:
-        return err.read().decode(errors="replace")[:_ERROR_SNIPPET]
-    except Exception:  # the body of an error response is a courtesy; never let it mask the error
-        return ""
-
-
-def _redact(text: str, key: str) -> str:
-    return text.replace(key, "***") if key else text
-
-
-def _reply_text(raw: bytes, model: str) -> str:
-    """The message content of a chat-completions response body (empty when the model gave none)."""
-    try:
-        content = json.loads(raw)["choices"][0]["message"].get("content")
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as err:
-        # A body of the wrong shape means a wrong endpoint or server, which a retry will not fix.
-        snippet = raw[:_ERROR_SNIPPET].decode(errors="replace")
-        raise JudgeUnavailable(f"judge {model}: unexpected response body: {snippet!r}") from err
-    return content if isinstance(content, str) else ""
+            return self.client.answer(prompt, seed=self.seed)
+        except TextModelError as err:
+            raise JudgeUnavailable(f"judge {self.model}: {err}") from err
 
 
 class HFJudge:
