@@ -262,12 +262,15 @@ def build_ovi_items(
     shares, rng = mix_shares(mix), np.random.default_rng(seed)
     source, questions = source or source_format, questions or TemplateQuestions()
     videos, quarantined = read_source(source_format, captions_path, videos_dir, **(source_options or {}))
-    scenes = []
+    present = []
     for video in videos:
         if not (Path(videos_dir) / video.file).is_file():
             quarantined.append(f"{video.key}: video not found in {videos_dir} (as {video.file})")
             continue
-        context = QuestionContext(Path(videos_dir) / video.file)
+        present.append((video, QuestionContext(Path(videos_dir) / video.file)))
+    questions.prefetch(present)  # concurrent model requests, when the generator is set up for them
+    scenes = []
+    for video, context in present:
         scenes += _scenes(video, video_questions(questions, video, context, quarantined), rng)
     type_counts, letters, rows = Counter(), Counter(), []
     for i in rng.permutation(len(scenes)):

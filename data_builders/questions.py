@@ -22,6 +22,10 @@ invalid is cached as failed (a rerun does not ask again unless ``retry_failed``)
 the reason; a segment lost to an error (HTTP 5xx after retries, no connection, undecodable frames) is
 quarantined but not cached, so a rerun tries it again. Three such errors before any reply stop the
 build: the model is unreachable or misconfigured.
+
+With ``workers`` > 1 (endpoint backend), every segment a build needs is asked for first, that many
+requests in flight at once (:meth:`ModelQuestions.prefetch`); the build then reads the cache in its
+usual order, so the output does not depend on the number of workers or on which reply came first.
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ import io
 import json
 import os
 import re
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -74,6 +80,7 @@ class QuestionConfig:
     max_retries: int = 3  # endpoint: transport retries per request (timeouts, 429, 5xx)
     backoff_s: float = 1.0  # endpoint: first transport retry waits this long, doubling
     timeout_s: float = 120.0
+    workers: int = 1  # endpoint: segments asked for at once (a vLLM/SGLang server batches them)
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,10 @@ class QuestionGenerator(Protocol):
         ...
 
     def summary(self) -> dict[str, Any]: ...
+
+    def prefetch(self, jobs: Iterable[tuple[CaptionedVideo, QuestionContext]]) -> None:
+        """Optionally prepare the questions of these videos ahead of ``generate`` (e.g. concurrently)."""
+        ...
 
 
 def video_questions(
@@ -222,6 +233,9 @@ class TemplateQuestions:
 
     def summary(self) -> dict[str, Any]:
         return {"backend": self.identity}
+
+    def prefetch(self, jobs: Iterable[tuple[CaptionedVideo, QuestionContext]]) -> None:
+        pass  # templates cost nothing to make on demand
 
 
 def _window_qa(window: list[Caption]) -> QA:
@@ -371,6 +385,7 @@ class ModelQuestions:
         attempts: tries while the reply is invalid.
         retry_failed: ask again for segments cached as failed.
         frame_max_pixels: pixel budget per frame.
+        workers: requests in flight at once in :meth:`prefetch` (1: none ahead of ``generate``).
     """
 
     def __init__(
@@ -382,14 +397,23 @@ class ModelQuestions:
         attempts: int = 3,
         retry_failed: bool = False,
         frame_max_pixels: int = 448 * 448,
+        workers: int = 1,
     ):
-        if attempts < 1 or frames < 0:
-            raise SettingError(f"questions.attempts must be >= 1 and frames >= 0, got {attempts}, {frames}")
+        if attempts < 1 or frames < 0 or workers < 1:
+            raise SettingError(
+                "questions.attempts and questions.workers must be >= 1 and frames >= 0, "
+                f"got {attempts}, {workers}, {frames}"
+            )
         self.model, self.frames, self.attempts = model, frames, attempts
-        self.retry_failed, self.frame_max_pixels = retry_failed, frame_max_pixels
+        self.retry_failed, self.frame_max_pixels, self.workers = retry_failed, frame_max_pixels, workers
         self.identity = f"{model.identity}|frames={frames}"
         self.cache = QuestionCache(cache)
         self.counts: Counter[str] = Counter()
+        # Set by prefetch: keys asked in this process (not "from cache" when read back) and segments lost
+        # to an error there (quarantined without asking twice).
+        self._fresh: set[str] = set()
+        self._lost: dict[str, str] = {}
+        self._lock = threading.Lock()  # counts and cache appends, shared by prefetch's threads
 
     def generate(self, video: CaptionedVideo, caption: Caption, context: QuestionContext) -> list[QA]:
         """The caption's own question; else, for a segment's first caption, the model's question."""
@@ -399,8 +423,12 @@ class ModelQuestions:
         if window is None:
             return []
         key = self._key(video, window)
+        if key in self._lost:
+            raise QuestionError(self._lost[key])
         record = self.cache.get(key)
-        if record is not None and not (self.retry_failed and "failed" in record):
+        if record is not None and key in self._fresh:
+            pass  # asked for by prefetch, already counted
+        elif record is not None and not (self.retry_failed and "failed" in record):
             self.counts["from_cache"] += 1
         else:
             record = self._generate(video, window, context, key)
@@ -427,6 +455,45 @@ class ModelQuestions:
             "cache_lines_dropped": self.cache.dropped,
         }
 
+    def prefetch(self, jobs: Iterable[tuple[CaptionedVideo, QuestionContext]]) -> None:
+        """Ask for every segment of ``jobs`` that the cache lacks, ``workers`` requests at a time.
+
+        Only with ``workers`` > 1; the first error that stops the build (the model is unreachable)
+        cancels what was not sent yet and is raised.
+        """
+        if self.workers == 1:
+            return
+        todo = list(self._missing(jobs))
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            futures = [pool.submit(self._prefetch_one, *job) for job in todo]
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+
+    def _missing(self, jobs: Iterable[tuple[CaptionedVideo, QuestionContext]]):
+        """``(video, window, context, key)`` of each segment in ``jobs`` that needs a request."""
+        for video, context in jobs:
+            for caption in video.captions:
+                window = None if caption.question is not None else segment_captions(video, caption)
+                if window is None:
+                    continue
+                key = self._key(video, window)
+                record = self.cache.get(key)
+                if record is None or (self.retry_failed and "failed" in record):
+                    yield video, window, context, key
+
+    def _prefetch_one(
+        self, video: CaptionedVideo, window: list[Caption], context: QuestionContext, key: str
+    ) -> None:
+        try:
+            self._generate(video, window, context, key)
+        except QuestionError as err:
+            self._lost[key] = str(err)
+        self._fresh.add(key)
+
     def _key(self, video: CaptionedVideo, window: list[Caption]) -> str:
         parts = [
             self.identity,
@@ -445,7 +512,7 @@ class ModelQuestions:
             images = self._images(context.video_path, window[0]) if self.frames else []
             prompt, reason = build_prompt(window, len(images)), ""
             for attempt in range(self.attempts):
-                self.counts["requests"] += 1
+                self._count("requests")
                 reply = self._ask(prompt + (RETRY_NOTE.format(reason) if reason else ""), images, attempt)
                 parsed, reason = parse_reply(reply)
                 if parsed:
@@ -453,21 +520,28 @@ class ModelQuestions:
         except (TextModelError, DecodeError) as err:
             self._error(err)
             raise QuestionError(str(err)) from err
-        self.counts["replies"] += 1
         if parsed:
-            self.counts["generated"] += 1
             record = {"key": key, **parsed}
         else:
             record = {"key": key, "failed": f"no valid reply in {self.attempts} tries; last: {reason}"}
         record.update(video=video.key, segment=[window[0].start, window[0].end], generator=self.identity)
-        self.cache.add(record)
+        with self._lock:
+            self.counts["replies"] += 1
+            self.counts["generated"] += bool(parsed)
+            self.cache.add(record)
         return record
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self.counts[name] += 1
 
     def _error(self, err: Exception) -> None:
         # Three failures before any success: the model is unreachable or misconfigured, not one bad
         # segment, so stop rather than quarantine the whole source.
-        self.counts["errors"] += 1
-        if self.counts["errors"] >= 3 and not self.counts["replies"]:
+        with self._lock:
+            self.counts["errors"] += 1
+            stop = self.counts["errors"] >= 3 and not self.counts["replies"]
+        if stop:
             raise TextModelError(f"question generation: the first 3 segments failed; last: {err}") from err
 
     def _ask(self, prompt: str, images: list[str], seed: int) -> str:
@@ -547,4 +621,10 @@ def make_question_generator(
         sleep=sleep,
         setting="questions.base_url",
     )
-    return ModelQuestions(model, frames=config.frames, frame_max_pixels=config.frame_max_pixels, **common)
+    return ModelQuestions(
+        model,
+        frames=config.frames,
+        frame_max_pixels=config.frame_max_pixels,
+        workers=config.workers,
+        **common,
+    )

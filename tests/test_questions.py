@@ -8,6 +8,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -86,6 +87,8 @@ class FakeServer:
     def __init__(self) -> None:
         self.requests: list[dict] = []
         self._lock, self._flaky_seen = threading.Lock(), set()
+        self.delay_s = 0.0  # how long each reply takes
+        self.in_flight = self.most_in_flight = 0
         handler = self._handler()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.url = f"http://127.0.0.1:{self._server.server_port}/v1"
@@ -121,7 +124,13 @@ class FakeServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802  (the http.server name)
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server._lock:
+                    server.in_flight += 1
+                    server.most_in_flight = max(server.most_in_flight, server.in_flight)
+                time.sleep(server.delay_s)
                 code, payload = server.reply(body)
+                with server._lock:
+                    server.in_flight -= 1
                 data = payload.encode()
                 self.send_response(code)
                 self.send_header("Content-Length", str(len(data)))
@@ -250,6 +259,32 @@ def test_second_build_asks_nothing(source: tuple[Path, Path], server: FakeServer
     config.retry_failed = True
     build_ovi_items(*source, seed=0, questions=make_question_generator(config))
     assert len(server.requests) == 3 and all("BROKEN" in r["text"] for r in server.requests)
+
+
+def test_concurrent_requests_give_the_same_build(
+    source: tuple[Path, Path], server: FakeServer, tmp_path: Path
+):
+    one_at_a_time = build_ovi_items(
+        *source, seed=0, questions=make_question_generator(_endpoint(server, tmp_path / "a"))
+    )
+    assert server.most_in_flight == 1
+    serial_requests = len(server.requests)
+    server.requests.clear()
+    server.delay_s, server.most_in_flight, server._flaky_seen = 0.05, 0, set()
+    generator = make_question_generator(_endpoint(server, tmp_path / "b", workers=4))
+    assert build_ovi_items(*source, seed=0, questions=generator) == one_at_a_time
+    assert server.most_in_flight > 1
+    # The same requests (the flaky one retried, the broken one asked 3 times), each segment asked once.
+    assert len(server.requests) == serial_requests
+    summary = generator.summary()
+    assert (summary["generated"], summary["failed"], summary["from_cache"]) == (6, 1, 0)
+
+
+def test_unreachable_endpoint_stops_a_concurrent_build(source: tuple[Path, Path], tmp_path: Path):
+    config = QuestionConfig(backend="endpoint", base_url="http://127.0.0.1:1/v1", model="m", frames=0)
+    config.max_retries, config.cache, config.workers = 0, str(tmp_path / "c.jsonl"), 3
+    with pytest.raises(TextModelError, match="first 3 segments failed"):
+        build_ovi_items(*source, seed=0, questions=make_question_generator(config))
 
 
 class _CrashAfter:
