@@ -5,12 +5,11 @@ except the local transformers judge."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from fake_openai import ChatServer, completion, error_body
 
 from eval import judge_calibrate
 from eval.judge import (
@@ -39,38 +38,16 @@ TIMEOUT_S = 0.2
 # A scripted OpenAI-compatible server
 
 
-class _Handler(BaseHTTPRequestHandler):
-    """Answers each POST with the next scripted action: ("reply", text), ("status", code), ("sleep", s)."""
-
-    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        server = self.server
-        server.requests.append({"path": self.path, "headers": dict(self.headers), "body": json.loads(body)})
-        kind, arg = server.script.popleft() if server.script else ("reply", '{"score": 5, "reason": "ok"}')
-        try:
-            if kind == "sleep":
-                time.sleep(arg)  # longer than the client's timeout: the client gives up first
-                self._send(200, _completion('{"score": 9}'))
-            elif kind == "status":
-                self._send(arg, json.dumps({"error": {"message": f"scripted {arg}"}}).encode())
-            else:
-                self._send(200, _completion(arg))
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client timed out and left
-
-    def _send(self, code: int, payload: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-def _completion(content: str) -> bytes:
-    return json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
+def _scripted(server: ChatServer, handler, body: dict) -> tuple[int, bytes]:
+    """The next scripted action: ("reply", text), ("status", code) or ("sleep", seconds)."""
+    server.requests.append({"path": handler.path, "headers": dict(handler.headers), "body": body})
+    kind, arg = server.script.popleft() if server.script else ("reply", '{"score": 5, "reason": "ok"}')
+    if kind == "sleep":
+        time.sleep(arg)  # longer than the client's timeout: the client gives up first
+        return 200, completion('{"score": 9}')
+    if kind == "status":
+        return arg, error_body(f"scripted {arg}")
+    return 200, completion(arg)
 
 
 @pytest.fixture
@@ -79,15 +56,10 @@ def server(monkeypatch):
     for name in ("NO_PROXY", "no_proxy"):
         monkeypatch.setenv(name, "127.0.0.1,localhost")
     monkeypatch.setenv(KEY_ENV, KEY)
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    httpd.daemon_threads = True
+    httpd = ChatServer(lambda handler, body: _scripted(httpd, handler, body))
     httpd.script, httpd.requests = deque(), []
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
     yield httpd
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join(timeout=2)
+    httpd.stop()
 
 
 def _backend(server, **overrides) -> OpenAICompatibleJudge:
@@ -98,7 +70,7 @@ def _backend(server, **overrides) -> OpenAICompatibleJudge:
         "backoff_s": 0.01,
     }
     settings.update(overrides)
-    return OpenAICompatibleJudge(f"http://127.0.0.1:{server.server_address[1]}/v1", "judge-model", **settings)
+    return OpenAICompatibleJudge(server.url, "judge-model", **settings)
 
 
 def _item(kind: str = "Correction", tag: str = "Q1", **overrides) -> dict:
@@ -396,7 +368,7 @@ def test_calibrate_cli_prints_a_table(server, tmp_path, capsys):
     human.write_text(json.dumps({**_item(), "human": {"iac": 1, "tfs": 6}}) + "\n")
     server.script.extend([("reply", '{"score": 1}'), ("reply", '{"score": 8}')])
     out = tmp_path / "mae.json"
-    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    url = server.url
     args = ["--human", str(human), "--base-url", url, "--model", "judge-model", "--api-key-env", KEY_ENV]
     assert judge_calibrate.main([*args, "--timeout-s", "1", "--out", str(out)]) == 0
     printed = capsys.readouterr().out

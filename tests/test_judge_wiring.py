@@ -5,12 +5,11 @@ OpenAI-compatible judge on 127.0.0.1 (valid replies, malformed ones, HTTP 500 fo
 from __future__ import annotations
 
 import json
-import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from fake_openai import ChatServer, completion, error_body
 
 from data_builders.ovi_format import load_ovibench, ovi_row_to_sample
 from eval.evaluator import NO_JUDGE, make_judge
@@ -40,35 +39,18 @@ def _type_of(prompt: str) -> str:
     return next(kind for kind in ("Cancellation", "False Trigger", "Correction") if f"({kind}):" in prompt)
 
 
-class _JudgeHandler(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        prompt = body["messages"][0]["content"]
-        metric, kind = _metric_of(prompt), _type_of(prompt)
-        server = self.server
-        with server.lock:
-            server.requests.append(
-                {"metric": metric, "type": kind, "auth": self.headers.get("Authorization")}
-            )
-        if metric == FAILING_METRIC and not server.healthy:
-            return self._send(500, b'{"error": {"message": "scripted 500"}}')
-        if (metric, kind) == MALFORMED and not server.healthy:
-            content = "I am not able to score this response."
-        else:
-            score = 1 if METRICS[metric].scale == BINARY else GRADED_REPLY.get(metric, 5)
-            content = json.dumps({"score": score, "reason": "scripted"})
-        reply = {"choices": [{"message": {"role": "assistant", "content": content}}]}
-        self._send(200, json.dumps(reply).encode())
-
-    def _send(self, code: int, payload: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args) -> None:
-        pass
+def _judge_reply(server: ChatServer, handler, body: dict) -> tuple[int, bytes]:
+    """A score for every metric; while not ``healthy``, FAILING_METRIC gets HTTP 500 and MALFORMED prose."""
+    prompt = body["messages"][0]["content"]
+    metric, kind = _metric_of(prompt), _type_of(prompt)
+    with server.lock:
+        server.requests.append({"metric": metric, "type": kind, "auth": handler.headers.get("Authorization")})
+    if metric == FAILING_METRIC and not server.healthy:
+        return 500, error_body("scripted 500")
+    if (metric, kind) == MALFORMED and not server.healthy:
+        return 200, completion("I am not able to score this response.")
+    score = 1 if METRICS[metric].scale == BINARY else GRADED_REPLY.get(metric, 5)
+    return 200, completion(json.dumps({"score": score, "reason": "scripted"}))
 
 
 @pytest.fixture
@@ -76,15 +58,10 @@ def judge_server(monkeypatch):
     for name in ("NO_PROXY", "no_proxy"):
         monkeypatch.setenv(name, "127.0.0.1,localhost")
     monkeypatch.setenv(KEY_ENV, KEY)
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _JudgeHandler)
-    httpd.daemon_threads = True
-    httpd.requests, httpd.lock, httpd.healthy = [], threading.Lock(), False
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
+    httpd = ChatServer(lambda handler, body: _judge_reply(httpd, handler, body))
+    httpd.requests, httpd.healthy = [], False
     yield httpd
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join(timeout=2)
+    httpd.stop()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -259,7 +236,7 @@ def test_evaluation_with_a_scripted_judge(judge_server, tiny_checkpoint, synthet
     from eval.run import run
 
     pytest.importorskip("matplotlib")
-    url = f"http://127.0.0.1:{judge_server.server_address[1]}/v1"
+    url = judge_server.url
     cfg = _eval_cfg(
         tmp_path,
         tiny_checkpoint,

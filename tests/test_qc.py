@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_openai import ChatServer, completion
 
 from data_builders.errors import SettingError
 from data_builders.qc import (
@@ -182,36 +181,18 @@ def server() -> Iterator[Callable[..., str]]:
     def start(reply: Callable[[str], str], fail_first: int = 0, status: int = 503) -> str:
         state = {"requests": 0}
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                state["requests"] += 1
-                if state["requests"] <= fail_first:
-                    self.send_response(status)
-                    self.end_headers()
-                    return
-                content = reply(body["messages"][-1]["content"])
-                data = json.dumps(
-                    {"choices": [{"message": {"role": "assistant", "content": content}}]}
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+        def respond(handler, body: dict) -> tuple[int, bytes]:
+            state["requests"] += 1
+            if state["requests"] <= fail_first:
+                return status, b""
+            return 200, completion(reply(body["messages"][-1]["content"]))
 
-            def log_message(self, *args) -> None:  # keep test output quiet
-                pass
-
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        servers.append(httpd)
-        return f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+        servers.append(ChatServer(respond))
+        return servers[-1].url
 
     yield start
     for httpd in servers:
-        httpd.shutdown()
-        httpd.server_close()
+        httpd.stop()
 
 
 def test_endpoint_backend_retries_then_filters(server):

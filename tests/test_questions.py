@@ -7,14 +7,13 @@ import base64
 import hashlib
 import json
 import re
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_openai import ChatServer, completion
 
 from data_builders.errors import SettingError
 from data_builders.ovi_train import build_ovi_items, build_ovi_train
@@ -82,24 +81,30 @@ def good_source(tmp_path: Path) -> tuple[Path, Path]:
 
 
 class FakeServer:
-    """A scripted ``/chat/completions`` server on 127.0.0.1 (free port, thread), logging every request."""
+    """A scripted ``/chat/completions`` server (tests/fake_openai.py) logging every request."""
 
     def __init__(self) -> None:
         self.requests: list[dict] = []
-        self._lock, self._flaky_seen = threading.Lock(), set()
+        self._flaky_seen: set[str] = set()
         self.delay_s = 0.0  # how long each reply takes
         self.in_flight = self.most_in_flight = 0
-        handler = self._handler()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.url = f"http://127.0.0.1:{self._server.server_port}/v1"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._server = ChatServer(self._respond)
+        self._lock, self.url = self._server.lock, self._server.url
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.stop()
 
-    def reply(self, body: dict) -> tuple[int, str]:
+    def _respond(self, handler, body: dict) -> tuple[int, bytes]:
+        with self._lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        time.sleep(self.delay_s)
+        code, payload = self.reply(body)
+        with self._lock:
+            self.in_flight -= 1
+        return code, payload
+
+    def reply(self, body: dict) -> tuple[int, bytes]:
         content = body["messages"][-1]["content"]
         parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
         text = next(p["text"] for p in parts if p["type"] == "text")
@@ -108,43 +113,15 @@ class FakeServer:
             first_flaky = "FLAKY" in text and text not in self._flaky_seen
             self._flaky_seen.add(text)
         if first_flaky:
-            return 500, "overloaded"
+            return 500, b"overloaded"
         if "BROKEN" in text:
-            return 200, _completion("Sure! The dog is playing, I think.")
+            return 200, completion("Sure! The dog is playing, I think.")
         first = re.search(r"^- (.*)$", text, re.M).group(1)
         qa = {
             "question": f"What is shown before the segment ends? ({first[:12]})",
             "answer": f"In it, {first}",
         }
-        return 200, _completion(f"Here you go:\n```json\n{json.dumps(qa)}\n```")
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802  (the http.server name)
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with server._lock:
-                    server.in_flight += 1
-                    server.most_in_flight = max(server.most_in_flight, server.in_flight)
-                time.sleep(server.delay_s)
-                code, payload = server.reply(body)
-                with server._lock:
-                    server.in_flight -= 1
-                data = payload.encode()
-                self.send_response(code)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        return Handler
-
-
-def _completion(content: str) -> str:
-    return json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]})
+        return 200, completion(f"Here you go:\n```json\n{json.dumps(qa)}\n```")
 
 
 @pytest.fixture()
