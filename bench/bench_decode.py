@@ -1,9 +1,12 @@
-"""Our decoding against raw decord, and the frame cache's second pass against its first.
+"""Our decoding against raw decord, the decode worker's cost, and the frame cache's second pass.
 
-- ``decode_span`` (file checks, a pooled thread with a timeout, index sampling, decode, resize to the
-  pixel budget) against ``decord.VideoReader(path).get_batch(indices)`` on the same files and the same
-  frame indices, for the quickstart's media spec (8 frames within 112x112: no resize for these videos)
-  and the tiny spec (8 frames within 84x84: a bicubic resize of every frame).
+- ``decode_span`` (file checks, the round trip to this process's decode worker, index sampling, decode,
+  resize to the pixel budget) against ``decord.VideoReader(path).get_batch(indices)`` on the same files
+  and the same frame indices, for the quickstart's media spec (8 frames within 112x112: no resize for
+  these videos) and the tiny spec (8 frames within 84x84: a bicubic resize of every frame).
+- The decode worker alone: ``decode_span`` (decoded in the worker process, frames sent back over a
+  socket) against ``decode_clip`` (the same decode in this process); and starting a worker, which each
+  decoding process pays once (and again after a decode timed out).
 - ``FrameCache.clip``: the first pass decodes and writes one ``.npz`` per span, the second only reads.
 
 The timed passes alternate (ours, raw, ours, raw, ...) so a slow spell of a shared machine hits both.
@@ -20,7 +23,8 @@ import decord
 from common import print_table, quickstart_config, timed
 
 from data_builders.build import build_synthetic
-from data_builders.media import FrameCache, MediaSpec, decode_span
+from data_builders.decode_worker import Worker
+from data_builders.media import FrameCache, MediaSpec, decode_clip, decode_span
 
 REPEATS = 15  # timed passes over all videos, per decoder
 
@@ -78,6 +82,29 @@ def decode_rows(items: list[tuple[str, float]]) -> list[list[str]]:
     return rows
 
 
+def worker_rows(items: list[tuple[str, float]]) -> list[list[str]]:
+    spec = quickstart_config().media
+    passes = {
+        "worker": lambda: [decode_span(path, 0.0, duration, spec) for path, duration in items],
+        "here": lambda: [decode_clip(path, 0.0, duration, spec) for path, duration in items],
+    }
+    times: dict[str, list[float]] = {"worker": [], "here": []}
+    for repeat in range(REPEATS):
+        for key in sorted(passes, reverse=repeat % 2 == 1):
+            times[key].append(timed(passes[key]))
+    per_clip = {k: min(v) / len(items) * 1000 for k, v in times.items()}
+    start = min(timed(lambda: Worker().kill()) for _ in range(3))
+    return [
+        [
+            "decode worker: decode_span vs the same decode in this process",
+            f"{per_clip['worker']:.1f}",
+            f"{per_clip['here']:.1f}",
+            f"{per_clip['worker'] / per_clip['here']:.2f}x in-process",
+        ],
+        ["decode worker: start (once per process, fastest of 3)", f"{start * 1000:.0f}", "", ""],
+    ]
+
+
 def cache_row(items: list[tuple[str, float]]) -> list[str]:
     spec = quickstart_config().media
     with tempfile.TemporaryDirectory() as root:
@@ -94,13 +121,16 @@ def cache_row(items: list[tuple[str, float]]) -> list[str]:
 
 def main() -> None:
     items = spans(videos())
-    rows = decode_rows(items) + [cache_row(items)]
+    rows = decode_rows(items) + worker_rows(items) + [cache_row(items)]
     print_table(
         f"Decoding: {len(items)} synthetic videos (112x112, whole video as the span, 8 frames), "
         f"fastest of {REPEATS} passes",
         ["what", "ms per clip (ours / 1st)", "ms per clip (raw / 2nd)", "ratio"],
         rows,
-        notes=["the cache's first pass is measured once (a second would find the cache full)"],
+        notes=[
+            "the cache's first pass is measured once (a second would find the cache full)",
+            "a decode worker start is a new interpreter importing numpy, PIL and decord",
+        ],
     )
 
 

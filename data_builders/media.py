@@ -14,14 +14,13 @@ import json
 import math
 import os
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from data_builders import decode_worker
 from data_builders.errors import DecodeError
 
 # Qwen-VL style models see frames as 14-px patches merged 2x2, so sides are multiples of 28.
@@ -41,7 +40,8 @@ class MediaSpec:
         min_frames: lower bound on frames per span (Qwen-VL groups frames in pairs, so keep it even).
         max_pixels: pixel budget per video frame (height * width after resizing).
         image_max_pixels: pixel budget per still image (visual-prompt frames).
-        timeout_s: a decode that takes longer is abandoned and the video quarantined.
+        timeout_s: a decode that takes longer is killed (with its worker process) and the video
+            quarantined.
     """
 
     decoder: str = "decord"
@@ -60,6 +60,8 @@ class MediaSpec:
             raise ValueError("media: set num_frames or fps")
         if self.max_pixels < PATCH_GRID**2 or self.image_max_pixels < PATCH_GRID**2:
             raise ValueError(f"media: pixel budgets must be at least {PATCH_GRID**2}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"media.timeout_s must be positive, got {self.timeout_s}")
 
     def to_dict(self) -> dict:
         return {"version": SPEC_VERSION, **asdict(self)}
@@ -138,15 +140,25 @@ def _decode_pyav(path: str, start: float, end: float, spec: MediaSpec) -> Clip:
 
 
 _DECODERS = {"decord": _decode_decord, "pyav": _decode_pyav}
-# One long-lived pool: a decode that hangs past its timeout is abandoned here, not waited for.
-_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="decode")
+
+
+def decode_clip(path: str, start: float, end: float, spec: MediaSpec) -> Clip:
+    """Decode the spec's frames of a span in this process, resized to the pixel budget (no time bound:
+    the decode worker runs this in its child, which the caller can kill)."""
+    clip = _DECODERS[spec.decoder](path, start, end, spec)
+    clip.frames = resize_frames(clip.frames, spec.max_pixels)
+    return clip
 
 
 def decode_span(path: str | Path, start: float, end: float, spec: MediaSpec) -> Clip:
     """Decode the spec's frames of ``[start, end]`` seconds of a video, resized to the pixel budget.
 
+    The decode runs in this process's decode worker (``data_builders.decode_worker``), a child process
+    that is killed, with the hung decode, when it takes longer than ``spec.timeout_s``.
+
     Raises:
-        DecodeError: the file is missing, empty, corrupt, or decoding exceeded ``spec.timeout_s``.
+        DecodeError: the file is missing, empty, corrupt, crashed the decoder, or decoding exceeded
+            ``spec.timeout_s``.
     """
     path = str(path)
     if not os.path.isfile(path):
@@ -155,17 +167,7 @@ def decode_span(path: str | Path, start: float, end: float, spec: MediaSpec) -> 
         raise DecodeError(path, "file is empty (0 bytes)")
     if end < start:
         raise DecodeError(path, f"span end {end} s is before start {start} s")
-    future = _POOL.submit(_DECODERS[spec.decoder], path, start, end, spec)
-    try:
-        clip = future.result(timeout=spec.timeout_s)
-    except FutureTimeout:
-        raise DecodeError(path, f"decoding took longer than {spec.timeout_s} s") from None
-    except Exception as exc:  # decoders raise library-specific types; we report one type with the file
-        raise DecodeError(
-            path, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        ) from exc
-    clip.frames = resize_frames(clip.frames, spec.max_pixels)
-    return clip
+    return Clip(*decode_worker.decode(path, start, end, spec))
 
 
 def load_image(path: str | Path, spec: MediaSpec) -> np.ndarray:

@@ -4,10 +4,12 @@
         data.build_synthetic=false eval.v2p_root=/data/V2P-Bench eval.benchmarks=[v2p]
     python -m eval adapter=outputs/quickstart/checkpoints/checkpoint-1000 run_name=quickstart_eval
     python -m eval score_file=/data/V2P-Bench/responses.jsonl run_name=score_qwen   # no model runs
+    python -m eval compare RESULTS_A RESULTS_B --out DIR   # paired comparison (eval/compare.py)
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import hydra
@@ -34,4 +36,9 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["compare"]:  # a subcommand with its own arguments, not a Hydra override
+        from eval.compare import main as compare_main
+
+        compare_main(sys.argv[2:])
+    else:
+        main()

@@ -1,27 +1,33 @@
 """Compare two evaluated models item by item: paired statistics per metric and category.
 
-    python -m eval.compare outputs/base_eval/eval/model outputs/quickstart/eval/checkpoint-1000 \
-        --out outputs/compare_base_vs_tuned
+    python -m eval compare outputs/base_eval/eval/model outputs/quickstart/eval/checkpoint-1000 \
+        --out outputs/compare_base_vs_tuned        # or: python -m eval.compare ...
 
 Each argument is a model's results directory (``<run_dir>/eval/<model name>/``, one ``<benchmark>.jsonl``
 per benchmark, as ``python -m train`` and ``python -m eval`` write them). To compare two models that have
 not been evaluated yet, run ``python -m eval`` on each first. The first model plays the baseline: every
 delta is second − first over the items both scored, with a paired bootstrap 95% interval and an exact
 McNemar test for right/wrong metrics. Writes ``summary.json``, ``report.md`` (with the OVI radar plot)
-to ``--out``.
+to ``--out``, where the first model is named the reference (by its results directory), and logs the
+metrics with their deltas and a table of paired per-sample predictions per benchmark to W&B (offline
+without ``WANDB_API_KEY``; ``--wandb disabled`` turns it off).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from data_builders.cli import run_cli
 from data_builders.errors import DataError
 from eval.evaluator import read_results
+from eval.metric_logging import MetricLogger, NullLogger, make_logger
 from eval.report import write_report
 from eval.summary import build_summary
+
+WANDB_MODES = ("auto", "online", "offline", "disabled")
 
 
 def load_model_results(directory: str | Path) -> dict[str, list[dict]]:
@@ -38,32 +44,106 @@ def load_model_results(directory: str | Path) -> dict[str, list[dict]]:
     return results
 
 
-def compare(first: str | Path, second: str | Path, out: str | Path, *, n_resamples: int = 2000) -> dict:
-    """Paired comparison of two models' results; writes and returns the summary."""
+def model_label(directory: Path) -> str:
+    """A results directory's name in reports: ``<run>/<model>`` for ``<run_dir>/eval/<model>``."""
+    directory = directory.resolve()
+    if directory.parent.name == "eval":
+        return f"{directory.parent.parent.name}/{directory.name}"
+    return directory.name
+
+
+def compare(
+    first: str | Path,
+    second: str | Path,
+    out: str | Path,
+    *,
+    n_resamples: int = 2000,
+    logger: MetricLogger | None = None,
+) -> dict:
+    """Paired comparison of two models' results; writes and returns the summary, logs to ``logger``."""
     first, second = Path(first), Path(second)
+    labels = [model_label(first), model_label(second)]
+    if labels[0] == labels[1]:
+        labels = [f"{labels[0]} (first)", f"{labels[1]} (second)"]
+    results = [load_model_results(first), load_model_results(second)]
     summary = build_summary(
-        load_model_results(first),
-        [(second.name, 0, load_model_results(second))],
-        {"compared": {"first": str(first), "second": str(second)}},
+        results[0],
+        [(labels[1], 0, results[1])],
+        {"compared": {"first": str(first), "second": str(second)}, "reference": labels[0]},
         n_resamples=n_resamples,
     )
     write_report(summary, out)
+    log_comparison(logger or NullLogger(), summary, labels, results)
     return summary
+
+
+def paired_rows(first: list[dict], second: list[dict]) -> tuple[list[str], list[list]]:
+    """One row per item either model answered: both predictions and both scores side by side."""
+    by_id = [{r["id"]: r for r in records} for records in (first, second)]
+    ids = list(by_id[0]) + [i for i in by_id[1] if i not in by_id[0]]
+    columns = ["id", "first_prediction", "second_prediction", "first_scores", "second_scores", "categories"]
+    rows = []
+    for item in ids:
+        a, b = by_id[0].get(item, {}), by_id[1].get(item, {})
+        categories = a.get("categories") or b.get("categories") or {}
+        rows.append(
+            [
+                item,
+                a.get("prediction"),
+                b.get("prediction"),
+                json.dumps(a.get("scores"), sort_keys=True),
+                json.dumps(b.get("scores"), sort_keys=True),
+                json.dumps(categories, sort_keys=True),
+            ]
+        )
+    return columns, rows
+
+
+def log_comparison(
+    logger: MetricLogger, summary: dict, labels: list[str], results: list[dict[str, list[dict]]]
+) -> None:
+    """Every metric of both models with its delta and interval, and the paired per-sample tables."""
+    values = {}
+    for bench, table in summary["benchmarks"].items():
+        for metric, entry in table["metrics"].items():
+            point = entry["checkpoints"].get(labels[1]) or {}
+            values[f"{bench}/{metric}/first"] = entry["baseline"]
+            values[f"{bench}/{metric}/second"] = point.get("value")
+            values[f"{bench}/{metric}/delta"] = point.get("delta")
+            low, high = point.get("delta_ci95") or (None, None)
+            values[f"{bench}/{metric}/delta_ci95_low"] = low
+            values[f"{bench}/{metric}/delta_ci95_high"] = high
+    logger.log({key: value for key, value in values.items() if value is not None}, step=0)
+    for bench in summary["benchmarks"]:
+        columns, rows = paired_rows(results[0].get(bench, []), results[1].get(bench, []))
+        logger.log_rows(f"{bench}/paired_samples", columns, rows, step=0)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m eval compare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("first", help="results directory of the reference model (the baseline)")
+    parser.add_argument("first", help="results directory of the reference model (e.g. the untuned baseline)")
     parser.add_argument("second", help="results directory of the model compared with it")
     parser.add_argument("--out", required=True, help="directory for summary.json and report.md")
     parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples per comparison")
+    parser.add_argument("--wandb", choices=WANDB_MODES, default="auto", help="auto: online with a key")
+    parser.add_argument("--project", default="vlm-interact", help="W&B project")
     args = parser.parse_args(argv)
 
     def work() -> None:
-        compare(args.first, args.second, args.out, n_resamples=args.resamples)
-        print(f"report: {Path(args.out) / 'report.md'}")
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        config = {"first": args.first, "second": args.second, "resamples": args.resamples}
+        enabled = args.wandb != "disabled"
+        logger = make_logger(enabled, args.wandb, args.project, None, out, f"compare-{out.name}", config)
+        try:
+            compare(args.first, args.second, out, n_resamples=args.resamples, logger=logger)
+        finally:
+            logger.finish()
+        print(f"report: {out / 'report.md'}")
 
     run_cli(work)
 

@@ -5,6 +5,10 @@ so a killed evaluation resumes with only the missing items. After each model, ``
 and ``report.md`` are rewritten (atomically) from every result on disk, and the metrics with their
 deltas against the baseline are logged to W&B at that model's training step.
 
+With ``eval.results_cache`` set, results are also shared across runs (:mod:`eval.results_cache`): an
+item that the same weights answered under the same settings anywhere is copied into the run's results
+instead of generated again. ``Evaluator.weights_of`` names the weights behind each model name.
+
 Open-ended OVIBench items are scored by the LLM judge (``eval.judge``) when one is configured: after
 generation, every open-ended record whose judgement is missing, incomplete or by another judge is
 judged and appended again (the last line per id wins), so a resumed evaluation re-asks only what failed;
@@ -46,6 +50,7 @@ from eval.judge import UNJUDGED, HFJudge, Judge, OpenAICompatibleJudge
 from eval.metric_logging import MetricLogger
 from eval.ovi_simulation import DEFAULT_TOKENS_PER_SECOND, simulate_interruption
 from eval.report import write_report
+from eval.results_cache import ResultsCache, Weights
 from eval.rubrics import APPLIES_TO, METRICS, RUBRIC_VERSION, get_metric, metrics_for
 from eval.scoring import category_keys, score_ovi, score_v2p
 from eval.summary import build_summary
@@ -175,6 +180,8 @@ class Evaluator:
         run_dir: where ``eval/``, ``summary.json`` and ``report.md`` go.
         logger: W&B (or a null logger).
         judge: the LLM judge of open-ended OVIBench items; None or ``backend: none`` leaves them unscored.
+        weights_of: the weights behind a model name, which key the shared results cache (also settable
+            later as ``weights_of``); None: results are not shared.
     """
 
     def __init__(
@@ -185,9 +192,12 @@ class Evaluator:
         run_dir: str | Path,
         logger: MetricLogger,
         judge: JudgeConfig | None = None,
+        weights_of: Callable[[str], Weights] | None = None,
     ):
         self.cfg, self.media, self.cache, self.logger = cfg, media, cache, logger
         self.run_dir = Path(run_dir)
+        self.results_cache = ResultsCache(cfg.results_cache) if cfg.results_cache else None
+        self.weights_of = weights_of
         self.judge_cfg = judge or JudgeConfig()
         self.judge = make_judge(self.judge_cfg, self.run_dir)  # built once: its cache is read once
         self._ovi_meta: dict[str, dict] | None = None  # OVIBench meta by item id, built on first use
@@ -238,43 +248,55 @@ class Evaluator:
             return self.cfg.max_new_tokens_open
         return self.cfg.max_new_tokens
 
-    def run_benchmark(self, model, adapter: QwenVLAdapter, model_name: str, name: str) -> list[dict]:
+    def run_benchmark(
+        self, model, adapter: QwenVLAdapter, model_name: str, name: str, key: str | None = None
+    ) -> list[dict]:
         """Scored per-sample records of one model on one benchmark (resuming from disk).
 
         In a multi-process run every rank generates its shard of the missing items and rank 0, the only
         writer of the results file, appends every rank's records after each round of batches: a kill
         loses at most one round, and the next run (with any number of ranks) re-shards what is missing.
-        Other ranks return an empty list.
+        Other ranks return an empty list. ``key`` (rank 0): the shared results cache's key of this model
+        and these settings; missing items found there are copied, generated ones stored there.
         """
         path = self.run_dir / "eval" / model_name / f"{name}.jsonl"
         main = distributed.is_main()
         done = self._done(path) if main else {}
         # Rank 0 alone reads the file and tells the others what is missing, so all shard the same list.
         samples = self.benchmarks[name]
+        by_id = {sample.id: sample for sample in samples}
         missing = [s.id for s in samples if not _is_current(done.get(s.id), s, self.protocol(s))]
-        by_id = {sample.id: sample for sample in self.benchmarks[name]}
-        todo = [by_id[i] for i in distributed.broadcast(missing if main else None)]
         with path.open("a") if main else nullcontext() as out:
+            if main and key:
+                reused = self.results_cache.lookup(key, name, [by_id[i] for i in missing])
+                self._append(out, done, reused.values())
+                missing = [i for i in missing if i not in reused]
+            todo = [by_id[i] for i in distributed.broadcast(missing if main else None)]
             rounds = list(self._shard_batches(todo))
             for length, chunk, real in tqdm(
                 rounds, desc=f"eval {model_name} {name}", unit="batch", disable=not main
             ):
                 records = self._predict(model, adapter, chunk, length)
                 mine = [record for record, keep in zip(records, real, strict=True) if keep]
-                for record in (r for shard in distributed.gather(mine) for r in shard):
-                    if main:
-                        done[record["id"]] = record
-                        out.write(json.dumps(record) + "\n")
+                gathered = [r for shard in distributed.gather(mine) for r in shard]
                 if main:
-                    out.flush()
+                    self._append(out, done, gathered)
+                    if key:
+                        self.results_cache.store(key, name, gathered, by_id)
             if not main:
                 return []
             current = [done[sample.id] for sample in self.benchmarks[name]]
             for record in self._judge_pending(current, desc=f"judge {model_name} {name}"):
-                done[record["id"]] = record
-                out.write(json.dumps(record) + "\n")
-                out.flush()
+                self._append(out, done, [record])
         return [done[s.id] for s in self.benchmarks[name]]
+
+    @staticmethod
+    def _append(out, done: dict[str, dict], records: Iterable[dict]) -> None:
+        """Write records to the results file (rank 0) and note them as done."""
+        for record in records:
+            done[record["id"]] = record
+            out.write(json.dumps(record) + "\n")
+        out.flush()
 
     def _done(self, path: Path) -> dict[str, dict]:
         """The records already on disk, with a last line cut by a kill closed off (rank 0 only)."""
@@ -430,10 +452,13 @@ class Evaluator:
         writes and logs, and returns the summary; the others return an empty dict once rank 0 is done.
         """
         _check_sharded_protocol(self.cfg)
+        key = self._cache_key(model, model_name) if distributed.is_main() else None
         was_training = model.training
         model.eval()
         try:
-            results = {name: self.run_benchmark(model, adapter, model_name, name) for name in self.benchmarks}
+            results = {
+                name: self.run_benchmark(model, adapter, model_name, name, key) for name in self.benchmarks
+            }
         finally:
             model.train(was_training)
         summary: dict = {}
@@ -441,11 +466,38 @@ class Evaluator:
             if (model_name, step) not in self.models:
                 self.models.append((model_name, step))
                 self._models_file.parent.mkdir(parents=True, exist_ok=True)
-                self._models_file.write_text(json.dumps(self.models))
+                # Whole or not at all: a watcher restarted after a kill, or its test, reads it.
+                tmp = self._models_file.with_suffix(".json.tmp")
+                tmp.write_text(json.dumps(self.models))
+                tmp.replace(self._models_file)
             summary = self.write_summary()
             self._log(summary, model_name, step, results)
         distributed.barrier()  # training resumes on every rank together, after rank 0 has written
         return summary
+
+    def _cache_key(self, model, model_name: str) -> str | None:
+        """The shared results cache's key of this model's weights under these settings (None: no cache,
+        or weights that cannot be identified)."""
+        if self.results_cache is None or self.weights_of is None:
+            return None
+        settings = {
+            **self._generation_settings(),
+            "media": self.media.fingerprint,
+            "dtype": str(model.dtype),
+            "quantization": str(getattr(model, "quantization_method", None)),  # a QLoRA base: 4-bit
+        }
+        return self.results_cache.key(self.weights_of(model_name), settings)
+
+    def _generation_settings(self) -> dict[str, Any]:
+        """How answers are generated: recorded in the summary, and part of the results cache key."""
+        return {
+            "do_sample": False,
+            "max_new_tokens": self.cfg.max_new_tokens,
+            "max_new_tokens_open": self.cfg.max_new_tokens_open,
+            "input_order": self.cfg.input_order,
+            "ovi_protocol": self.cfg.ovi_protocol,
+            **self._simulation_settings(),
+        }
 
     def write_summary(self) -> dict:
         """Rebuild summary.json and report.md from every result on disk."""
@@ -460,14 +512,7 @@ class Evaluator:
         checkpoints = [(name, step, results_of(name)) for name, step in rest]
         extra = {
             "media_spec": {**self.media.to_dict(), "fingerprint": self.media.fingerprint},
-            "generation": {
-                "do_sample": False,
-                "max_new_tokens": self.cfg.max_new_tokens,
-                "max_new_tokens_open": self.cfg.max_new_tokens_open,
-                "input_order": self.cfg.input_order,
-                "ovi_protocol": self.cfg.ovi_protocol,
-                **self._simulation_settings(),
-            },
+            "generation": self._generation_settings(),
             "quarantine": self.quarantine,
             "judge": judge_summary(self.judge, self.judge_cfg.metrics),
         }

@@ -18,7 +18,7 @@ round trip may split it differently), so the two differ only in what they comput
 
 Positions are passed explicitly on every forward. In Qwen2.5-VL's multimodal RoPE a video's tokens get
 (temporal, height, width) ids starting from the current text position, and text after a video continues
-from there plus the video's height/width extent, not from the token count; so the ids of the appended
+from the video's largest id + 1 (:mod:`train.rope`), not from the token count; so the ids of the appended
 video, and of every token after it, depend on the whole conversation. Left alone, the model derives ids
 during a cached continuation from ``rope_deltas``, state stored on the model by whichever call came
 before. Here they come from the model's own ``get_rope_index`` over the whole conversation (integer work on
@@ -27,12 +27,10 @@ the next text position (the last token's plus one). So the cached and the re-enc
 ids by construction, and the ids are those the same tokens get in a teacher-forced (training) forward.
 The tests show that ids merely counted on from the cache change the output.
 
-One deliberate difference from ``generate``: it decodes from the largest id so far plus one. Under the
-installed ``get_rope_index`` a video's temporal ids (spaced by ``tokens_per_second`` x seconds per grid)
-can run past the text that follows the video; then ``generate`` places its tokens further out than a
-re-encode of the same tokens would, and a cached continuation could never equal a re-run. When the
-prompt's last text position is its largest id (the common case) the two agree. The second span's temporal
-ids start from the text position, not from t_q: that is how Qwen2.5-VL places any later video.
+Decoded tokens take the last position + 1, as ``generate`` does. With the released Qwen-VL positions
+(:mod:`train.rope`, applied by ``load_model``) the text after any video starts past the video's largest
+id, so the last position of a prompt is also its largest. The second span's temporal ids start from the
+text position, not from t_q: that is how Qwen2.5-VL places any later video.
 
 Families without ``get_rope_index`` (plain 1-D RoPE) get ``arange`` positions.
 """

@@ -39,18 +39,19 @@ def radar_panels(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
     last = next((name for name in reversed(checkpoints) if _has_results(metrics, name)), None)
     panels = {}
     for kind in ALL_TYPES:
-        values: dict[str, dict[str, float]] = {"baseline": {}, **({last: {}} if last else {})}
+        reference = summary.get("reference", "baseline")  # the first model of a comparison
+        values: dict[str, dict[str, float]] = {reference: {}, **({last: {}} if last else {})}
         for axis in AXES:
             entry = metrics.get(f"{axis}/type/{kind}")
             if entry is None:
                 continue
-            point = {"baseline": entry["baseline"]}
+            point = {reference: entry["baseline"]}
             if last:
                 point[last] = (entry["checkpoints"].get(last) or {}).get("value")
             if all(value is not None for value in point.values()):
                 for name, value in point.items():
                     values[name][axis] = normalise(axis, value)
-        axes = [axis for axis in AXES if axis in values["baseline"]]
+        axes = [axis for axis in AXES if axis in values[reference]]
         if len(axes) >= _MIN_AXES:
             panels[kind] = {"axes": axes, "series": {n: [v[a] for a in axes] for n, v in values.items()}}
     return panels

@@ -28,7 +28,7 @@ BENCHMARK_TITLES = {
     **{bench: f"V2P-Bench diagnostic: {title}" for bench, (title, _) in DESCRIPTIONS.items()},
 }
 # Top-level summary keys rendered elsewhere than in the settings list.
-_STRUCTURAL_KEYS = ("baseline", "checkpoints", "benchmarks", "quarantine", "diagnostics")
+_STRUCTURAL_KEYS = ("baseline", "checkpoints", "benchmarks", "quarantine", "diagnostics", "reference")
 # Category values in a meaningful order; other categories are sorted alphabetically.
 _VALUE_ORDER: dict[str, list[str]] = {
     "dimension": [label for label, _ in DIMENSIONS.values()],
@@ -87,8 +87,24 @@ def _write_atomic(path: Path, text: str) -> Path:
 # Sections
 
 
+def _reference(summary: dict[str, Any]) -> str:
+    """What every delta is measured against: the untuned baseline of a training run, or the first of two
+    models compared (``python -m eval.compare``), named by its results directory."""
+    return summary.get("reference", "baseline")
+
+
+def _reference_header(summary: dict[str, Any]) -> str:
+    return summary.get("reference", "Baseline")
+
+
 def _checkpoint_line(summary: dict[str, Any]) -> str:
     checkpoints = summary.get("checkpoints", [])
+    if "reference" in summary:
+        others = ", ".join(c["name"] for c in checkpoints)
+        return (
+            f"{summary['reference']} (reference) vs {others}: every Δ is the second model minus the "
+            "reference, over the items both scored."
+        )
     if not checkpoints:
         return "Baseline only: no checkpoints evaluated yet."
     listed = ", ".join(f"{c['name']} (step {c['step']})" for c in checkpoints)
@@ -116,7 +132,7 @@ def _diagnostics_section(summary: dict[str, Any]) -> list[str]:
         "## Diagnostics",
         "",
         "V2P-Bench hack diagnostics (our reconstruction of the paper's analyses; no code was released). "
-        f"Values: baseline{f' → {last}' if last else ''}, official first-character rule "
+        f"Values: {_reference(summary)}{f' → {last}' if last else ''}, official first-character rule "
         "(tolerant extraction in the tables below).",
         "",
     ]
@@ -171,11 +187,12 @@ def _benchmark_section(
     names = [c["name"] for c in summary.get("checkpoints", []) if _has_checkpoint(entry, c["name"])]
     lines = [f"## {title} (`{benchmark}`)", "", _status_line(summary, benchmark, entry, names), ""]
     overall = {key: metric for key, metric in entry["metrics"].items() if "/" not in key}
-    lines += _headline_table(overall, names)
+    reference, header = _reference(summary), _reference_header(summary)
+    lines += _headline_table(overall, names, header)
     if names:
-        lines += _category_tables(entry["metrics"], names[-1])
+        lines += _category_tables(entry["metrics"], names[-1], reference, header)
     if figure:
-        compared = f"baseline vs {names[-1]}" if names else "baseline"
+        compared = f"{reference} vs {names[-1]}" if names else reference
         lines += [
             f"### {title} per interruption type ({compared})",
             "",
@@ -193,7 +210,7 @@ def _status_line(summary: dict[str, Any], benchmark: str, entry: dict[str, Any],
     if quarantined:
         reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(quarantined.items()))
         parts.append(f"quarantined: {sum(quarantined.values())} ({reasons})")
-    unjudged = {"baseline": entry.get("n_unjudged", 0)}
+    unjudged = {_reference(summary): entry.get("n_unjudged", 0)}
     if names:
         unjudged[names[-1]] = entry.get("checkpoints", {}).get(names[-1], {}).get("n_unjudged", 0)
     if any(unjudged.values()):
@@ -213,10 +230,10 @@ def _has_checkpoint(entry: dict[str, Any], name: str) -> bool:
     return any(name in metric["checkpoints"] for metric in entry["metrics"].values())
 
 
-def _headline_table(overall: dict[str, Any], names: list[str]) -> list[str]:
+def _headline_table(overall: dict[str, Any], names: list[str], reference: str) -> list[str]:
     if not overall:
         return ["No scored items.", ""]
-    header = ["Metric", "n", "Baseline", *names]
+    header = ["Metric", "n", reference, *names]
     if names:
         header += [f"Δ {names[-1]} [95% CI]", "McNemar p"]
     rows = []
@@ -238,8 +255,9 @@ def _headline_table(overall: dict[str, Any], names: list[str]) -> list[str]:
     return lines
 
 
-def _category_tables(metrics: dict[str, Any], last: str) -> list[str]:
-    """One table per (metric, category), baseline vs ``last``; tolerant variants are in the headline only."""
+def _category_tables(metrics: dict[str, Any], last: str, reference: str, header: str) -> list[str]:
+    """One table per (metric, category), ``reference`` vs ``last``; tolerant variants are in the headline
+    only."""
     grouped: dict[tuple[str, str], dict[str, Any]] = {}
     for key, metric in metrics.items():
         if "/" not in key:
@@ -251,7 +269,7 @@ def _category_tables(metrics: dict[str, Any], last: str) -> list[str]:
     for (name, category), by_value in grouped.items():
         if len(by_value) < 2:
             continue  # one value holds every item: the table would repeat the headline
-        header = [category, "n", "Baseline", last, "Δ [95% CI]", "McNemar p"]
+        columns = [category, "n", header, last, "Δ [95% CI]", "McNemar p"]
         rows = [
             [
                 value,
@@ -263,7 +281,8 @@ def _category_tables(metrics: dict[str, Any], last: str) -> list[str]:
             for value in _ordered_values(category, by_value)
         ]
         scale = " (mean, 1–10)" if is_graded(name) else ""
-        lines += [f"### {name}{scale} by {category} (baseline vs {last})", "", *_table(header, rows), ""]
+        title = f"### {name}{scale} by {category} ({reference} vs {last})"
+        lines += [title, "", *_table(columns, rows), ""]
     return lines
 
 

@@ -11,6 +11,7 @@ from data_builders.build import build_synthetic
 from data_builders.media import FrameCache, MediaSpec
 from eval.evaluator import Evaluator
 from eval.metric_logging import make_logger
+from eval.results_cache import Weights
 from train.adapter import make_adapter
 from train.config import EvalRunConfig
 from train.models import load_model
@@ -19,7 +20,8 @@ from train.models import load_model
 def run(cfg: EvalRunConfig) -> dict:
     """Evaluate ``cfg.model`` (plus ``cfg.adapter`` when given) and write summary.json and report.md.
 
-    Open-ended OVIBench items are scored by ``cfg.judge`` when its backend is not ``none``.
+    Open-ended OVIBench items are scored by ``cfg.judge`` when its backend is not ``none``. Results are
+    shared through ``eval.results_cache``, keyed by the model's and the adapter's files, not their paths.
     """
     if cfg.adapter:
         _use_training_run(cfg)
@@ -41,7 +43,10 @@ def run(cfg: EvalRunConfig) -> dict:
     )
     try:
         # Before the model loads, so a bad benchmark or judge setting fails fast.
-        evaluator = Evaluator(cfg.eval, cfg.media, cache, run_dir, logger, judge=cfg.judge)
+        weights = Weights(cfg.model.name_or_path, Path(cfg.adapter) if cfg.adapter else None)
+        evaluator = Evaluator(
+            cfg.eval, cfg.media, cache, run_dir, logger, judge=cfg.judge, weights_of=lambda _name: weights
+        )
         model, processor = load_model(cfg.model)
         name = "model"
         if cfg.adapter:

@@ -65,6 +65,28 @@ def test_bad_video(tmp_path, make, message):
         decode_span(make(tmp_path), 0.0, 2.0, MediaSpec(num_frames=4))
 
 
+def test_hung_decode_is_quarantined_and_the_next_sample_decodes(tmp_path):
+    """A decode that hangs is killed at ``media.timeout_s`` with its worker process; the sample is
+    quarantined with the reason and the next one decodes in a new worker."""
+    import os
+    import signal
+
+    from data_builders import decode_worker
+    from data_builders.media import FrameCache
+    from data_builders.sample import Part, Sample, Turn
+    from train.data import check_media, quarantine_counts
+
+    video = _good_mp4(tmp_path / "stalls.mp4")
+    turns = [Turn("user", [Part.video(str(video), 0.0, 2.0), Part.txt("What moves?")])]
+    samples = [Sample(f"s{i}", "ovi", turns, "test", "stalls", (0.0, 2.0)) for i in range(2)]
+    # Frozen, the worker answers nothing, as one stuck reading a stalled network file system.
+    os.kill(decode_worker.worker().pid, signal.SIGSTOP)
+    usable, quarantined = check_media(samples, MediaSpec(num_frames=4, timeout_s=1.0), FrameCache(None), "t")
+    assert [sample.id for sample in usable] == ["s1"]
+    assert quarantined == [{"id": "s0", "file": str(video), "reason": "decoding took longer than 1.0 s"}]
+    assert quarantine_counts(quarantined) == {"decoding took longer than 1.0 s": 1}
+
+
 # ---------------------------------------------------------------------------------------------------
 # V2P-Bench release rows (dataset_info.jsonl): row 1 is good, row 2 is the bad one.
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from eval.compare import compare
+from eval.compare import compare, paired_rows
 
 
 def _write(directory, correct):
@@ -56,3 +57,64 @@ def test_missing_results_is_one_line_error(tmp_path):
     )
     assert result.returncode == 2 and "no per-sample results" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_first_model_is_the_named_reference_not_a_baseline(tmp_path):
+    _write(tmp_path / "base_run" / "eval" / "model", [0, 1] * 5)
+    _write(tmp_path / "tuned_run" / "eval" / "model", [1] * 10)
+    summary = compare(tmp_path / "base_run/eval/model", tmp_path / "tuned_run/eval/model", tmp_path / "out")
+    assert summary["reference"] == "base_run/model"
+    assert list(summary["benchmarks"]["v2p"]["metrics"]["accuracy"]["checkpoints"]) == ["tuned_run/model"]
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "base_run/model (reference) vs tuned_run/model" in report
+    assert "| Metric | n | base_run/model | tuned_run/model |" in report
+    assert "untuned" not in report.lower() and "Baseline" not in report
+    # Two directories of the same name stay apart.
+    _write(tmp_path / "x" / "model", [1] * 10)
+    same = compare(tmp_path / "x" / "model", tmp_path / "tuned_run/eval/model", tmp_path / "out2")
+    assert same["reference"] == "model"
+    _write(tmp_path / "y" / "model", [1] * 10)
+    twins = compare(tmp_path / "x" / "model", tmp_path / "y" / "model", tmp_path / "out3")
+    assert twins["reference"] == "model (first)"
+
+
+def test_paired_rows_hold_both_predictions_of_every_item():
+    first = [{"id": "a", "prediction": "A", "scores": {"correct": 1.0}, "categories": {"d": "OA"}}]
+    second = [
+        {"id": "a", "prediction": "B", "scores": {"correct": 0.0}, "categories": {"d": "OA"}},
+        {"id": "b", "prediction": "C", "scores": {"correct": 1.0}, "categories": {"d": "OD"}},
+    ]
+    columns, rows = paired_rows(first, second)
+    assert columns[:3] == ["id", "first_prediction", "second_prediction"]
+    assert rows[0][:3] == ["a", "A", "B"] and json.loads(rows[0][3]) == {"correct": 1.0}
+    assert rows[1][:3] == ["b", None, "C"] and json.loads(rows[1][5]) == {"d": "OD"}
+
+
+@pytest.mark.slow
+def test_python_m_eval_compare_logs_metrics_and_paired_tables_to_wandb(tmp_path):
+    from wandb_records import history
+
+    _write(tmp_path / "a", [0] * 20)
+    _write(tmp_path / "b", [1] * 15 + [0] * 5)
+    out = tmp_path / "out"
+    command = ["-m", "eval", "compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)]
+    result = subprocess.run(
+        [sys.executable, *command],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "WANDB_MODE": "offline", "WANDB_API_KEY": ""},
+    )
+    assert result.returncode == 0, result.stderr
+    assert (out / "report.md").exists()
+    (run_file,) = out.glob("wandb/offline-run-*/run-*.wandb")
+    logged = {key: value for row in history(run_file) for key, value in row.items()}
+    assert logged["v2p/accuracy/first"] == 0.0 and logged["v2p/accuracy/second"] == pytest.approx(0.75)
+    assert logged["v2p/accuracy/delta"] == pytest.approx(0.75)
+    assert logged["v2p/accuracy/delta_ci95_low"] > 0
+    table = "v2p/paired_samples"  # a table's fields arrive flattened under its name
+    assert logged[f"{table}/_type"] == "table-file" and logged[f"{table}/nrows"] == 20
+    (table_file,) = out.glob(f"wandb/offline-run-*/files/{logged[f'{table}/path']}")
+    content = json.loads(table_file.read_text())
+    assert content["columns"][:3] == ["id", "first_prediction", "second_prediction"]
+    assert content["data"][0][:3] == ["q0", "A", "A"]

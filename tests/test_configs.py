@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from train.config import EvalRunConfig, TrainConfig, register_configs
+from train.config import EvalRunConfig, PeftMethod, Tower, TrainConfig, register_configs
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "exp").glob("*.yaml"))
@@ -45,6 +45,27 @@ def test_misspelt_key_fails_at_compose_time():
 def test_wrong_type_fails_at_compose_time():
     with pytest.raises(ConfigCompositionException, match="max_steps"):
         _compose(["+exp=quickstart", "trainer.max_steps=abc"])
+
+
+@pytest.mark.parametrize("method", list(PeftMethod))
+def test_every_training_mode_composes(method):
+    config = OmegaConf.to_object(_compose(["+exp=quickstart", f"peft={method.value}"]))
+    assert config.peft.method is method and config.peft.freeze == [Tower.vision]
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("peft.freeze=[visoin]", "visoin"),
+        ("peft.method=qlra", "qlra"),
+        ("trainer.lr_vison=1e-5", "lr_vison"),
+        ("trainer.lr_projector=fast", "lr_projector"),
+        ("peft.train_vision=true", "train_vision"),  # replaced by peft.freeze
+    ],
+)
+def test_training_mode_typos_fail_at_compose_time(override, key):
+    with pytest.raises(ConfigCompositionException, match=key):
+        _compose(["peft=full", override])
 
 
 def test_eval_config_composes():

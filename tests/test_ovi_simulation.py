@@ -239,16 +239,19 @@ def test_cache_continuation_and_full_rerun_give_identical_token_ids(tiny, sample
         _assert_same_continuation(tiny, samples[item_id], monkeypatch, **cut)
 
 
-def test_identical_also_when_the_video_outruns_the_text_after_it(tiny, ovi_root, monkeypatch):
-    """8 frames over [0, 9.5] s: temporal ids 9.5 x 4 apart run past every text position of the prompt, so
-    decoding from the largest id (as ``generate`` does) would put the answer where no re-encode puts it."""
+def test_identical_also_when_the_video_outruns_its_spatial_extent(tiny, ovi_root, monkeypatch):
+    """8 frames over [0, 9.5] s: temporal ids 9.5 apart run far past the video's height and width ids; the
+    text after the video starts past them (train/rope.py), so the prompt ends on its largest id."""
     from train.adapter import QwenVLAdapter
 
     model, adapter = tiny
     tiny8 = (model, QwenVLAdapter(adapter.processor, MediaSpec(num_frames=8), FrameCache(None)))
     sample = ovi_row_to_sample(_row("late", "Correction", 9.5, 10.0), ovi_root)
-    positions = ovi_simulation._GreedyDecoder(*tiny8).positions(prepare_inputs(tiny8[1], sample).prefix)
-    assert positions.max() > positions[..., -1].max() + 1, "the case this test is about"
+    prefix = prepare_inputs(tiny8[1], sample).prefix
+    positions = ovi_simulation._GreedyDecoder(*tiny8).positions(prefix)
+    video = positions[..., prefix["mm_token_type_ids"][0] == 2]
+    assert video[0].max() - video[0].min() > video[1].max() - video[1].min(), "the case this test is about"
+    assert positions.max() == positions[..., -1].max()
     _assert_same_continuation(tiny8, sample, monkeypatch, cut_tokens=5)
 
 

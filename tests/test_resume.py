@@ -1,15 +1,23 @@
 """A killed run resumes where it stopped: training from its newest complete checkpoint, evaluation from
-the per-sample results already on disk. The result equals that of a run that was never killed."""
+the per-sample results already on disk. The result equals that of a run that was never killed.
+
+Training is killed with SIGKILL right after a checkpoint lands, at a step drawn at random for each test
+run (printed with its seed; ``KILL_SEED=<seed>`` replays it), in one process and under DeepSpeed ZeRO-2
+on two processes.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,11 +28,13 @@ from train.recipe import _is_complete, _last_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 
+MAX_STEPS = 8
+SAVE_STEPS = 2
 # A reduced quickstart: 8 steps, a checkpoint every 2, the loss of every single step in the log.
 TRAIN_OVERRIDES = [
     "+exp=quickstart",
-    "trainer.max_steps=8",
-    "trainer.save_steps=2",
+    f"trainer.max_steps={MAX_STEPS}",
+    f"trainer.save_steps={SAVE_STEPS}",
     "trainer.logging_steps=1",
     "trainer.batch_size=2",
     "data.synthetic.train_videos=4",
@@ -33,36 +43,74 @@ TRAIN_OVERRIDES = [
     "eval=none",
     "logger=none",
 ]
+# ZeRO-2 on two CPU processes over gloo, launched as tests/test_deepspeed.py launches it.
+DEEPSPEED_LAUNCH = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+DEEPSPEED_OVERRIDES = [
+    "trainer=zero2",
+    "trainer.grad_accum=1",
+    "trainer.num_workers=0",
+    "trainer.gradient_checkpointing=false",
+]
+DEEPSPEED_ENV = {
+    "DS_ACCELERATOR": "cpu",  # DeepSpeed's CPU accelerator (gloo), even where a GPU is visible
+    "CUDA_VISIBLE_DEVICES": "",
+    "TORCH_EXTENSIONS_DIR": str(REPO / "outputs" / "torch_extensions"),  # the comm op compiles once
+    "OMP_NUM_THREADS": "1",  # two ranks on two cores
+}
 # Same machine, same kernels, same thread count: the runs are in practice bit-identical. 1e-5 leaves room
 # for a reordered float32 reduction (losses near 6 hold ~7 significant digits), yet catches the smallest
 # real slip seen so far: LoRA A matrices drawn from another RNG state moved the step-2 loss by 7.5e-4
 # (relative). A batch taken out of order moves a step's loss by about a percent or more (consecutive
-# steps here differ by that much).
+# steps here differ by that much). Under ZeRO-2 the same holds: the two ranks' gradients are all-reduced
+# over gloo in a fixed order, so a resumed run repeats the same float operations (bit-identical losses
+# in every run so far).
 LOSS_RTOL = 1e-5
 WAIT_S = 240  # bound on every wait for the child process
 
 
-def _train_command(output_root: Path, run_name: str) -> list[str]:
+@dataclass
+class Launch:
+    """How a training is started: one process, or two under torchrun with DeepSpeed."""
+
+    prefix: list[str]
+    overrides: list[str]
+    env: dict[str, str]
+
+
+SINGLE = Launch([sys.executable], [], {})
+DEEPSPEED = Launch(DEEPSPEED_LAUNCH, DEEPSPEED_OVERRIDES, DEEPSPEED_ENV)
+
+
+def _kill_step() -> int:
+    """The step whose checkpoint the kill follows: random per test run, printed with its seed."""
+    seed = int(os.environ.get("KILL_SEED", random.SystemRandom().randrange(2**32)))
+    step = random.Random(seed).choice(range(SAVE_STEPS, MAX_STEPS, SAVE_STEPS))
+    print(f"KILL_SEED={seed}: SIGKILL once checkpoint-{step} is complete")
+    return step
+
+
+def _train_command(output_root: Path, run_name: str, launch: Launch) -> list[str]:
     return [
-        sys.executable,
+        *launch.prefix,
         "-m",
         "train",
         *TRAIN_OVERRIDES,
+        *launch.overrides,
         f"output_root={output_root}",
         f"run_name={run_name}",
     ]
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}
+def _env(launch: Launch) -> dict[str, str]:
+    return {**os.environ, "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false", **launch.env}
 
 
-def _train(output_root: Path, run_name: str) -> str:
-    """Run ``python -m train`` to the end; its stdout and stderr together."""
+def _train(output_root: Path, run_name: str, launch: Launch = SINGLE) -> str:
+    """Run the training to the end; its stdout and stderr together."""
     done = subprocess.run(
-        _train_command(output_root, run_name),
+        _train_command(output_root, run_name, launch),
         cwd=REPO,
-        env=_env(),
+        env=_env(launch),
         capture_output=True,
         text=True,
         timeout=WAIT_S,
@@ -71,15 +119,16 @@ def _train(output_root: Path, run_name: str) -> str:
     return done.stdout + done.stderr
 
 
-def _train_until_killed(output_root: Path, run_name: str, checkpoint: str) -> None:
-    """Start ``python -m train`` and SIGKILL it as soon as ``checkpoint`` is complete."""
+def _train_until_killed(output_root: Path, run_name: str, checkpoint: str, launch: Launch = SINGLE) -> None:
+    """Start the training and SIGKILL every process of it as soon as ``checkpoint`` is complete."""
     target = output_root / run_name / "checkpoints" / checkpoint
     child = subprocess.Popen(
-        _train_command(output_root, run_name),
+        _train_command(output_root, run_name, launch),
         cwd=REPO,
-        env=_env(),
+        env=_env(launch),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a process group of its own, so the kill below spares pytest
     )
     try:
         deadline = time.monotonic() + WAIT_S
@@ -88,46 +137,128 @@ def _train_until_killed(output_root: Path, run_name: str, checkpoint: str) -> No
             assert time.monotonic() < deadline, f"no {checkpoint} after {WAIT_S} s"
             time.sleep(0.05)
     finally:
-        child.send_signal(signal.SIGKILL)
+        processes = _process_tree(child.pid)
+        _kill_process_groups(processes)
         child.wait(timeout=30)
+    for pid in processes:
+        assert _wait_until_gone(pid), f"process {pid} of the killed run is still running"
+
+
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (Linux), parents first."""
+    children = []
+    with contextlib.suppress(FileNotFoundError):  # a process that just exited
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            children += [int(c) for c in (task / "children").read_text().split()]
+    return [pid, *(p for c in children for p in _process_tree(c))]
+
+
+def _kill_process_groups(pids: list[int]) -> None:
+    """SIGKILL the process group of each process. torchrun starts each rank in a session of its own, so
+    killing the launcher's group alone would leave the ranks training on (as orphans)."""
+    groups = set()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            groups.add(os.getpgid(pid))
+    assert os.getpgrp() not in groups
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+
+
+def _wait_until_gone(pid: int) -> bool:
+    """Whether the process exits within a few seconds (a zombie has: it holds nothing and runs nothing)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except FileNotFoundError:
+            return True
+        if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def _losses(run_dir: Path) -> dict[int, float]:
     """Step -> training loss, from the final checkpoint's log history (logged every step)."""
-    state = json.loads((run_dir / "checkpoints" / "checkpoint-8" / "trainer_state.json").read_text())
+    final = run_dir / "checkpoints" / f"checkpoint-{MAX_STEPS}" / "trainer_state.json"
+    state = json.loads(final.read_text())
     return {entry["step"]: entry["loss"] for entry in state["log_history"] if "loss" in entry}
+
+
+def _check_equal_runs(straight: Path, resumed: Path) -> None:
+    """Equal per-step losses mean the resumed run drew the same batches in the same order (the dataloader
+    skipped exactly the batches already trained on) with the same dropout masks; then equal weights."""
+    straight_losses, resumed_losses = _losses(straight), _losses(resumed)
+    assert sorted(straight_losses) == list(range(1, MAX_STEPS + 1))
+    assert sorted(resumed_losses) == sorted(straight_losses)
+    for step, loss in straight_losses.items():
+        assert resumed_losses[step] == pytest.approx(loss, rel=LOSS_RTOL), f"step {step}"
+    worst = max(abs(resumed_losses[s] - loss) / abs(loss) for s, loss in straight_losses.items())
+    print(f"largest relative loss difference: {worst:.1e} (tolerance {LOSS_RTOL:.0e})")
+    final_a = load_file(straight / "final" / "adapter_model.safetensors")
+    final_b = load_file(resumed / "final" / "adapter_model.safetensors")
+    assert final_a.keys() == final_b.keys()
+    for name, tensor in final_a.items():
+        torch.testing.assert_close(final_b[name], tensor, rtol=1e-4, atol=1e-6, msg=name)
 
 
 @pytest.mark.slow
 def test_killed_training_resumes_from_the_newest_complete_checkpoint_with_equal_losses(tmp_path):
+    step = _kill_step()
     # First the run that is never killed; it also builds the data, the tiny model and the frame cache
     # the other run reuses (building the model draws from the global RNG: see train/recipe.py).
     _train(tmp_path, "straight")
-    _train_until_killed(tmp_path, "killed", "checkpoint-4")
+    _train_until_killed(tmp_path, "killed", f"checkpoint-{step}")
 
     checkpoints = tmp_path / "killed" / "checkpoints"
-    for later in ("checkpoint-6", "checkpoint-8"):  # a save that got through before the kill landed
-        shutil.rmtree(checkpoints / later, ignore_errors=True)
+    for later in range(step + SAVE_STEPS, MAX_STEPS + 1, SAVE_STEPS):  # saves that got through the kill
+        shutil.rmtree(checkpoints / f"checkpoint-{later}", ignore_errors=True)
     # A save killed halfway: weights cut short, no trainer_state.json (the Trainer writes it last).
-    half = checkpoints / "checkpoint-6"
+    half = checkpoints / f"checkpoint-{step + SAVE_STEPS}"
     half.mkdir()
-    weights = (checkpoints / "checkpoint-4" / "adapter_model.safetensors").read_bytes()
+    weights = (checkpoints / f"checkpoint-{step}" / "adapter_model.safetensors").read_bytes()
     (half / "adapter_model.safetensors").write_bytes(weights[: len(weights) // 2])
 
     output = _train(tmp_path, "killed")
-    assert f"resuming from {checkpoints / 'checkpoint-4'}" in output
+    assert f"resuming from {checkpoints / f'checkpoint-{step}'}" in output
+    _check_equal_runs(tmp_path / "straight", tmp_path / "killed")
 
-    # Equal per-step losses mean the resumed run drew the same batches in the same order (the
-    # dataloader skipped exactly the 4 batches already trained on) with the same dropout masks.
-    straight, resumed = _losses(tmp_path / "straight"), _losses(tmp_path / "killed")
-    assert sorted(straight) == list(range(1, 9)) and sorted(resumed) == sorted(straight)
-    for step, loss in straight.items():
-        assert resumed[step] == pytest.approx(loss, rel=LOSS_RTOL), f"step {step}"
-    final_a = load_file(tmp_path / "straight" / "final" / "adapter_model.safetensors")
-    final_b = load_file(tmp_path / "killed" / "final" / "adapter_model.safetensors")
-    assert final_a.keys() == final_b.keys()
-    for name, tensor in final_a.items():
-        torch.testing.assert_close(final_b[name], tensor, rtol=1e-4, atol=1e-6, msg=name)
+
+@pytest.mark.slow
+def test_killed_deepspeed_training_on_two_processes_resumes_with_equal_losses(tmp_path):
+    step = _kill_step()
+    _train(tmp_path, "straight", DEEPSPEED)
+    _train_until_killed(tmp_path, "killed", f"checkpoint-{step}", DEEPSPEED)
+
+    # The newest complete checkpoint: the one the kill followed, or a later one that got through.
+    last = _last_checkpoint(tmp_path / "killed" / "checkpoints")
+    assert last is not None and step <= int(last.rsplit("-", 1)[1]) < MAX_STEPS
+    output = _train(tmp_path, "killed", DEEPSPEED)
+    assert f"resuming from {last}" in output
+    _check_equal_runs(tmp_path / "straight", tmp_path / "killed")
+
+
+def test_a_checkpoint_is_complete_once_every_file_of_every_rank_is_whole(tmp_path):
+    checkpoint = tmp_path / "checkpoint-2"
+    (checkpoint / "global_step2").mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    for rank in (0, 1):  # ZeRO's optimizer shards: two ranks saved (before a barrier, so whole)
+        (checkpoint / "global_step2" / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt").touch()
+    torch.save({"lr": 1.0}, checkpoint / "scheduler.pt")
+    torch.save({"cpu": torch.random.get_rng_state()}, checkpoint / "rng_state_0.pth")
+    assert not _is_complete(checkpoint), "rank 1 has not written its RNG state yet"
+
+    torch.save({"cpu": torch.random.get_rng_state()}, checkpoint / "rng_state_1.pth")
+    assert _is_complete(checkpoint)
+
+    for name in ("rng_state_1.pth", "scheduler.pt"):  # killed while a rank was writing it
+        whole = (checkpoint / name).read_bytes()
+        (checkpoint / name).write_bytes(whole[: len(whole) - 100])
+        assert not _is_complete(checkpoint), name
+        (checkpoint / name).write_bytes(whole)
+    assert _is_complete(checkpoint)
 
 
 def test_last_checkpoint_skips_half_written_saves(tmp_path):

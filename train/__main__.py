@@ -11,7 +11,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from data_builders.cli import run_cli
-from train.config import TrainConfig, register_configs
+from train.config import EvalMode, TrainConfig, register_configs
 
 register_configs()
 
@@ -26,8 +26,12 @@ def main(cfg: DictConfig) -> None:
 
     def work() -> None:
         summary = run(config).summary
-        if is_main():  # the other ranks of a multi-process run hold no summary
+        if not is_main():  # the other ranks of a multi-process run hold no summary
+            return
+        if config.eval.mode is EvalMode.inline or not config.eval.benchmarks:
             print(headline(summary), f"\nreport: {config.run_dir}/report.md", sep="")
+        else:
+            print(f"checkpoints are evaluated by: python -m eval.watch {config.run_dir}")
 
     run_cli(work)
 

@@ -1,12 +1,24 @@
-"""Trainer callbacks: evaluation of the baseline and every saved checkpoint, and loss logging."""
+"""Trainer callbacks: evaluation of the baseline and every saved checkpoint, and loss logging.
+
+``eval.mode`` says who evaluates: ``inline``, the training itself (``CheckpointEval``); ``async``, the
+evaluation watcher (``python -m eval.watch <run_dir>``), which the training tells it is done by writing
+``<run_dir>/training_done`` once everything it saves and writes is on disk.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from transformers import TrainerCallback
 
 from eval.evaluator import Evaluator
 from eval.metric_logging import MetricLogger
+from eval.results_cache import run_weights
+from train import distributed
 from train.adapter import QwenVLAdapter
+from train.config import EvalMode, TrainConfig
+
+TRAINING_DONE = "training_done"
 
 
 class CheckpointEval(TrainerCallback):
@@ -46,3 +58,44 @@ class LogToMetricLogger(TrainerCallback):
         numbers = {f"train/{k}": float(v) for k, v in (logs or {}).items() if isinstance(v, int | float)}
         if numbers:
             self.logger.log(numbers, step=state.global_step)
+
+
+def training_callbacks(
+    cfg: TrainConfig, logger: MetricLogger, evaluator: Evaluator | None, adapter: QwenVLAdapter
+) -> list[TrainerCallback]:
+    """The training's callbacks: loss logging, and checkpoint evaluation unless ``eval.mode`` is async.
+
+    Inline, the evaluator's results are keyed in the shared results cache by the run's base checkpoint
+    and its saves (``<run_dir>/checkpoints/checkpoint-N``), as the watcher and ``python -m eval`` key
+    them, so any of them reuses what another computed.
+    """
+    callbacks: list[TrainerCallback] = [LogToMetricLogger(logger)]
+    if evaluator is None:
+        return callbacks
+    if cfg.eval.mode is EvalMode.inline:
+        evaluator.weights_of = run_weights(cfg.model.name_or_path, Path(cfg.run_dir) / "checkpoints")
+        return callbacks + [CheckpointEval(evaluator, adapter)]
+    if distributed.is_main():
+        print(
+            f"eval.mode=async: this training evaluates nothing; `python -m eval.watch {cfg.run_dir}` "
+            "evaluates the baseline and every checkpoint",
+            flush=True,
+        )
+    return callbacks
+
+
+def mark_training_done(run_dir: str | Path) -> None:
+    """Tell the evaluation watcher that every checkpoint is saved and the training wrote its last file
+    (rank 0 writes; call it last)."""
+    if distributed.is_main():
+        (Path(run_dir) / TRAINING_DONE).write_text("done\n")
+
+
+def training_done(run_dir: str | Path) -> bool:
+    """Whether the training of ``run_dir`` is done: its marker is newer than its resolved config, which
+    every start (and resume) of the training rewrites, so a marker left by an earlier run does not count."""
+    marker, started = Path(run_dir) / TRAINING_DONE, Path(run_dir) / "resolved_config.yaml"
+    try:
+        return marker.stat().st_mtime_ns >= started.stat().st_mtime_ns
+    except FileNotFoundError:
+        return False

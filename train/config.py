@@ -8,6 +8,7 @@ This module imports no torch, so ``launch/`` can read configs cheaply.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from hydra.core.config_store import ConfigStore
 
@@ -28,19 +29,35 @@ class ModelConfig:
     allow_download: bool = False  # only local dirs and the local hub cache unless set
 
 
+class PeftMethod(Enum):
+    """How the model is fine-tuned (``peft=lora|full|qlora``)."""
+
+    lora = "lora"  # LoRA adapters on target_modules; modules_to_save trained fully; the rest frozen
+    full = "full"  # every parameter outside the frozen towers
+    qlora = "qlora"  # LoRA on a 4-bit NF4 base (bitsandbytes; CUDA GPUs only, see train/qlora.py)
+
+
+class Tower(Enum):
+    """The three parts of a VLM (train/towers.py says which parameters belong to which, per family)."""
+
+    vision = "vision"  # the vision encoder
+    projector = "projector"  # vision features into the language model's space (Qwen-VL: the mergers)
+    language_model = "language_model"  # decoder, embeddings and lm_head
+
+
 @dataclass
 class PeftConfig:
-    """Which parameters train. ``method: lora`` adapts ``target_modules`` (a regex over module
-    names) and fully trains ``modules_to_save``; ``method: full`` trains everything but the vision tower
-    unless ``train_vision`` is set."""
+    """Which parameters train. ``lora``/``qlora`` adapt ``target_modules`` (a regex over module names)
+    and fully train ``modules_to_save``; ``full`` trains every parameter outside the ``freeze`` towers.
+    Under LoRA the targets decide, and a frozen tower that they would train is an error at start."""
 
-    method: str = "lora"  # lora | full
+    method: PeftMethod = PeftMethod.lora
     r: int = 16
     alpha: int = 32
     dropout: float = 0.05
     target_modules: str = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
     modules_to_save: list[str] = field(default_factory=list)
-    train_vision: bool = False
+    freeze: list[Tower] = field(default_factory=lambda: [Tower.vision])
 
 
 @dataclass
@@ -60,7 +77,9 @@ class TrainerConfig:
     max_steps: int = 100
     batch_size: int = 8  # per device
     grad_accum: int = 1
-    lr: float = 2e-4
+    lr: float = 2e-4  # the language model's (and every tower's without a learning rate of its own)
+    lr_vision: float | None = None  # the vision tower's learning rate; null: lr
+    lr_projector: float | None = None  # the projector's learning rate; null: lr
     weight_decay: float = 0.0
     warmup_ratio: float = 0.03
     lr_scheduler: str = "cosine"
@@ -73,6 +92,13 @@ class TrainerConfig:
     # DeepSpeed config from these fields, so there is no JSON to keep in step (trainer=zero2|zero3|…).
     zero: int | None = None
     offload: bool = False  # optimizer state and step on the CPU (ZeRO-Offload; needs zero)
+
+
+# When a training's baseline and checkpoints are evaluated. inline: by the training itself, before step 1
+# and after every save | async: not by the training; `python -m eval.watch <run_dir>` evaluates each
+# checkpoint as it lands (on a spare GPU or another node) and logs to the same W&B run.
+# (Declared by name: `async` is a Python keyword, so `EvalMode["async"]` in code.)
+EvalMode = Enum("EvalMode", [("inline", "inline"), ("async", "async")])
 
 
 @dataclass
@@ -92,7 +118,10 @@ class EvalConfig:
     # the key/value cache: eval/ovi_simulation.py). Multiple-choice items are the same under both.
     ovi_protocol: str = "teacher_forced"
     bootstrap_resamples: int = 2000
-    on_save: bool = True  # evaluate every saved checkpoint during training
+    mode: EvalMode = EvalMode.inline  # who evaluates a training's baseline and checkpoints, and when
+    # Results shared across runs and paths, by weights and settings fingerprint (eval/results_cache.py);
+    # conf/eval puts it under output_root. null: each run keeps only its own results.
+    results_cache: str | None = None
     # V2P hack diagnostics, each run as one more benchmark (eval/diagnostics.py): blind, z_option,
     # shuffled, hack_ratio (the same inputs as shuffled), text_prompt. Needs v2p in benchmarks.
     diagnostics: list[str] = field(default_factory=list)

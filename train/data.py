@@ -11,6 +11,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -92,3 +93,46 @@ class Collator:
 
     def __call__(self, rendered: list) -> dict:
         return dict(self.adapter.training_batch(rendered))
+
+
+def media_kinds(sample: Sample) -> tuple[str, ...]:
+    """The kinds of media a sample holds, e.g. ``("image", "video")``."""
+    kinds = {part.type for turn in sample.turns for part in turn.parts}
+    return tuple(sorted(kinds & {"image", "video"}))
+
+
+class MediaKindSampler(torch.utils.data.Sampler[int]):
+    """A shuffled sample order in which, at every step, every rank's batch holds the same kinds of media.
+
+    Under DeepSpeed ZeRO-3 each rank gathers a module's weights from all ranks whenever it runs the module.
+    A batch with an image runs the vision tower once more than a batch with only videos, so ranks whose
+    batches differed would wait on different collectives and the run would hang. Samples are grouped by
+    :func:`media_kinds`, shuffled within their group, cut into blocks of ``batch_size x world_size`` (one
+    step of all ranks: the Trainer hands consecutive batches to ranks in turn), and the blocks shuffled. A
+    group's last block is filled up with the group's first samples, as ``DistributedSampler`` pads.
+    The order depends only on ``seed`` and the epoch, so a resumed run sees the same one.
+    """
+
+    def __init__(self, samples: list[Sample], batch_size: int, world_size: int, seed: int = 0):
+        self.block = batch_size * world_size
+        self.seed, self.epoch = seed, 0
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for index, sample in enumerate(samples):
+            groups.setdefault(media_kinds(sample), []).append(index)
+        self.groups = [groups[kinds] for kinds in sorted(groups)]
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return sum(-(-len(group) // self.block) * self.block for group in self.groups)
+
+    def __iter__(self):
+        rng = np.random.default_rng([self.seed, self.epoch])
+        blocks = []
+        for group in self.groups:
+            order = [group[i] for i in rng.permutation(len(group))]
+            order += order[: -len(order) % self.block]  # fill the last block (at most one block short)
+            blocks += [order[i : i + self.block] for i in range(0, len(order), self.block)]
+        for b in rng.permutation(len(blocks)):
+            yield from blocks[b]

@@ -1,9 +1,10 @@
 """The DeepSpeed config, derived from the Hydra trainer config (never a JSON file of its own).
 
-Batch sizes, gradient accumulation, clipping, precision and the optimizer's hyper-parameters are
-``"auto"`` (or left out): the HF Trainer fills them from its own arguments, which come from
-``TrainerConfig``, so the two never disagree. Only what DeepSpeed alone knows (ZeRO stage, offload) is
-set here.
+Batch sizes, gradient accumulation, clipping and precision are ``"auto"`` (or left out): the HF Trainer
+fills them from its own arguments, which come from ``TrainerConfig``, so the two never disagree. Only what
+DeepSpeed alone knows (ZeRO stage, offload) is set here. There is no optimizer section: the Trainer builds
+the optimizer, with its parameters grouped by tower (train/optim.py, DeepSpeed's CPU Adam under offload),
+and DeepSpeed wraps it.
 """
 
 from __future__ import annotations
@@ -41,13 +42,6 @@ def deepspeed_config(cfg: TrainerConfig) -> dict[str, Any] | None:
         "zero_optimization": _zero_section(cfg),
         "steps_per_print": 10**9,  # the Trainer logs the loss; DeepSpeed's own prints only add noise
     }
-    if cfg.offload:
-        # An offloaded optimizer steps on the CPU, which only DeepSpeed's CPU Adam does efficiently (and
-        # DeepSpeed refuses the Trainer's torch AdamW there): name it, with the Trainer's values.
-        config["optimizer"] = {
-            "type": "AdamW",
-            "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
-        }
     return config
 
 

@@ -56,6 +56,31 @@ def gather(value: Any) -> list[Any]:
     return out
 
 
+def share_cpu_process_group(args) -> None:
+    """Tell accelerate, and so the HF Trainer, about a CPU process group it did not set up itself.
+
+    Under DeepSpeed on a machine without a GPU, accelerate finds no device backend and records one process,
+    although DeepSpeed has started a gloo group of several: the Trainer would then feed every rank the same
+    batches (no sharding) and every rank would write the checkpoint's rank-0 files. On GPUs accelerate sets
+    the group up itself and this changes nothing.
+
+    Args:
+        args: the run's ``TrainingArguments``; reading their device builds accelerate's state (and, under
+            DeepSpeed, starts the process group).
+    """
+    from accelerate.state import PartialState
+
+    _ = args.device
+    if not _initialized() or dist.get_world_size() == 1:
+        return
+    state = PartialState()
+    if state.backend is None and state.num_processes == 1:
+        state.backend = dist.get_backend()
+        state.num_processes = dist.get_world_size()
+        state.process_index = dist.get_rank()
+        state.local_process_index = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+
+
 def shutdown() -> None:
     """Destroy the process group, if any.
 

@@ -12,6 +12,7 @@ import torch
 
 from train.config import ModelConfig
 from train.errors import ConfigError
+from train.rope import use_released_positions
 
 
 class CheckpointNotFound(ConfigError):
@@ -30,11 +31,16 @@ def _resolve_dtype(name: str) -> torch.dtype | str:
     return getattr(torch, name)
 
 
-def load_model(cfg: ModelConfig):
+def load_model(cfg: ModelConfig, quantization_config=None):
     """Load ``(model, processor)`` for ``cfg.name_or_path``.
 
     A ``tiny`` model of ``cfg.family`` is built there first if absent. Weights load from safetensors
-    only, and remote code runs only when ``cfg.trust_remote_code`` says so.
+    only, and remote code runs only when ``cfg.trust_remote_code`` says so. Under DeepSpeed ZeRO-3 (once
+    the run's ``TrainingArguments`` exist) each rank loads only its partition (``deepspeed.zero.Init``).
+
+    Args:
+        quantization_config: e.g. ``train.qlora.quantization_config``; the model then loads onto this
+            process's GPU, where bitsandbytes quantizes it.
 
     Raises:
         CheckpointNotFound: the path does not exist and the hub name is not available offline.
@@ -43,11 +49,13 @@ def load_model(cfg: ModelConfig):
     """
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
-    if cfg.tiny:
-        from train.tiny_model import build_tiny_checkpoint
-
-        build_tiny_checkpoint(cfg.name_or_path, family=cfg.family)
+    build_if_tiny(cfg)
     kwargs = {"trust_remote_code": cfg.trust_remote_code, "use_safetensors": True}
+    quantized = {}
+    if quantization_config is not None:
+        # This rank's GPU (the TrainingArguments set it); bitsandbytes quantizes there as it loads.
+        placement = {"": torch.cuda.current_device()}
+        quantized = {"quantization_config": quantization_config, "device_map": placement}
     local = os.path.isdir(cfg.name_or_path)
     try:
         config = AutoConfig.from_pretrained(
@@ -64,6 +72,7 @@ def load_model(cfg: ModelConfig):
             attn_implementation=cfg.attn_implementation,
             local_files_only=not cfg.allow_download,
             **kwargs,
+            **quantized,
         )
     except OSError as exc:
         where = "the directory exists but" if local else "it is not a local directory and"
@@ -73,7 +82,20 @@ def load_model(cfg: ModelConfig):
             f"--local-dir <dir>`) and set model.name_or_path=<dir>, or set model.allow_download=true "
             f"on a machine with hub access."
         ) from None
+    use_released_positions(model)  # Qwen-VL: text after a video where the checkpoints learnt it (rope.py)
     return model, processor
+
+
+def build_if_tiny(cfg: ModelConfig) -> None:
+    """Build the tiny model of ``cfg.family`` at ``cfg.name_or_path`` when ``cfg.tiny`` and it is absent.
+
+    Multi-process runs call this before their process group exists: once it does, ``save_pretrained``
+    writes on global rank 0 only, and the rank that builds (whichever takes the lock) must write it all.
+    """
+    if cfg.tiny:
+        from train.tiny_model import build_tiny_checkpoint
+
+        build_tiny_checkpoint(cfg.name_or_path, family=cfg.family)
 
 
 def _check_family(cfg: ModelConfig, model_type: str) -> None:

@@ -14,40 +14,22 @@ import torch
 from omegaconf import OmegaConf
 
 from data_builders.build import build_synthetic
+from data_builders.files import write_text_atomic
 from data_builders.media import FrameCache
 from eval.evaluator import Evaluator
 from eval.metric_logging import MetricLogger, NullLogger, make_logger
 from train import distributed
 from train.adapter import make_adapter
-from train.callbacks import CheckpointEval, LogToMetricLogger
-from train.config import PeftConfig, TrainConfig, TrainerConfig
+from train.callbacks import mark_training_done, training_callbacks
+from train.config import EvalMode, PeftMethod, TrainConfig, TrainerConfig
 from train.data import Collator, SampleDataset, check_media, load_samples, quarantine_counts, write_quarantine
 from train.deepspeed import deepspeed_config, write_deepspeed_config
-from train.errors import ConfigError
-from train.models import load_model
-
-# Module names of the vision towers of the supported families (Qwen-VL, LLaVA-OneVision, InternVL).
-VISION_TOWERS = (".visual.", ".vision_tower.", ".vision_model.")
-
-
-def apply_peft(model, cfg: PeftConfig):
-    """Wrap the model for LoRA, or mark parameters trainable for full fine-tuning."""
-    if cfg.method == "lora":
-        from peft import LoraConfig, get_peft_model
-
-        lora = LoraConfig(
-            r=cfg.r,
-            lora_alpha=cfg.alpha,
-            lora_dropout=cfg.dropout,
-            target_modules=cfg.target_modules,
-            modules_to_save=list(cfg.modules_to_save) or None,
-        )
-        return get_peft_model(model, lora)
-    if cfg.method == "full":
-        for name, param in model.named_parameters():
-            param.requires_grad = cfg.train_vision or not any(v in f".{name}" for v in VISION_TOWERS)
-        return model
-    raise ConfigError(f"peft.method must be 'lora' or 'full', got {cfg.method!r}")
+from train.models import build_if_tiny, load_model
+from train.modes import apply_peft
+from train.optim import check_learning_rates, tower_learning_rates
+from train.qlora import check_qlora, quantization_config
+from train.towers import family_of, is_partitioned, numel, parameters_by_tower
+from train.trainer import RecipeTrainer
 
 
 def training_arguments(cfg: TrainerConfig, run_dir: Path, deepspeed: dict | None = None):
@@ -68,7 +50,9 @@ def training_arguments(cfg: TrainerConfig, run_dir: Path, deepspeed: dict | None
         save_steps=cfg.save_steps,
         save_strategy="steps",
         dataloader_num_workers=cfg.num_workers,
-        gradient_checkpointing=cfg.gradient_checkpointing,
+        # Workers live for the whole run: restarting them every epoch costs a stall per epoch.
+        dataloader_persistent_workers=cfg.num_workers > 0,
+        activation_checkpointing=cfg.gradient_checkpointing,  # use_reentrant=False, inputs require grad
         bf16=bf16,
         seed=cfg.seed,
         data_seed=cfg.seed,
@@ -100,21 +84,31 @@ class RunResult:
 
 def run(cfg: TrainConfig) -> RunResult:
     """Train per ``cfg``, evaluating the baseline and every checkpoint along the way."""
-    from transformers import Trainer, set_seed
+    from transformers import set_seed
 
     set_seed(cfg.trainer.seed)
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     ds_config = deepspeed_config(cfg.trainer)  # fails on a bad ZeRO setting before anything is built
+    if cfg.peft.method is PeftMethod.qlora:
+        check_qlora(cfg.trainer)
     resolve_data(cfg)  # file-locked: every rank calls it, one builds
     main = distributed.is_main()  # from the launcher's RANK: the process group does not exist yet
     if main:
-        (run_dir / "resolved_config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+        # Atomic: the evaluation watcher may read it the moment it appears.
+        write_text_atomic(run_dir / "resolved_config.yaml", OmegaConf.to_yaml(OmegaConf.structured(cfg)))
         write_deepspeed_config(ds_config, run_dir)
     cache = FrameCache(cfg.data.frame_cache)
     logger = _logger(cfg, run_dir) if main else NullLogger()
     try:
-        model, processor = load_model(cfg.model)
+        build_if_tiny(cfg.model)  # before the arguments: building them starts the process group
+        # Before the model: under ZeRO-3 the arguments register the DeepSpeed config with transformers (a
+        # weak reference, alive as long as `args` is), so from_pretrained loads each rank's partition only
+        # (deepspeed.zero.Init) instead of the whole model on every rank first.
+        args = training_arguments(cfg.trainer, run_dir, ds_config)
+        distributed.share_cpu_process_group(args)
+        model, processor = _load_model(cfg)
+        partitioned_at_load = is_partitioned(model)
         adapter = make_adapter(cfg.model.family, processor, cfg.media, cache)
         samples, bad = check_media(load_samples(cfg.data.train), cfg.media, cache, desc="train")
         if main:
@@ -124,16 +118,21 @@ def run(cfg: TrainConfig) -> RunResult:
         # must not depend on it, or a resumed run and its twin would train different adapters.
         set_seed(cfg.trainer.seed)
         model = apply_peft(model, cfg.peft)
-        evaluator = Evaluator(cfg.eval, cfg.media, cache, run_dir, logger) if cfg.eval.benchmarks else None
+        check_learning_rates(cfg.trainer, model)
+        if main:
+            _write_parameters(run_dir, model, cfg.trainer, partitioned_at_load)
+        inline = cfg.eval.benchmarks and cfg.eval.mode is EvalMode.inline  # async: python -m eval.watch
+        evaluator = Evaluator(cfg.eval, cfg.media, cache, run_dir, logger) if inline else None
         if evaluator:
             evaluator.quarantine["train"] = quarantine_counts(bad)
-        trainer = Trainer(
+        trainer = RecipeTrainer(
             model=model,
-            args=training_arguments(cfg.trainer, run_dir, ds_config),
+            args=args,
+            trainer_cfg=cfg.trainer,
+            processing_class=processor,  # saved with every checkpoint: a fully tuned one loads on its own
             train_dataset=SampleDataset(samples, adapter),
             data_collator=Collator(adapter),
-            callbacks=[LogToMetricLogger(logger)]
-            + ([CheckpointEval(evaluator, adapter)] if evaluator and cfg.eval.on_save else []),
+            callbacks=training_callbacks(cfg, logger, evaluator, adapter),
         )
         last = _last_checkpoint(run_dir / "checkpoints")
         if last and main:
@@ -141,14 +140,38 @@ def run(cfg: TrainConfig) -> RunResult:
         trainer.train(resume_from_checkpoint=last)
         trainer.save_model(str(run_dir / "final"))
         summary = evaluator.write_summary() if evaluator and evaluator.models and main else {}
+        mark_training_done(run_dir)
         return RunResult(summary, trainer.model)
     finally:
         logger.finish()
         distributed.shutdown()
 
 
+def _load_model(cfg: TrainConfig):
+    """``(model, processor)``; QLoRA loads the base in 4 bits."""
+    quantization = quantization_config(cfg.model.family) if cfg.peft.method is PeftMethod.qlora else None
+    return load_model(cfg.model, quantization)
+
+
+def _write_parameters(run_dir: Path, model: torch.nn.Module, cfg: TrainerConfig, partitioned: bool) -> None:
+    """``parameters.json``: per tower, its parameter count, how many of them train and at which learning
+    rate; and whether ZeRO-3 partitioned the model as it loaded (deepspeed.zero.Init)."""
+    learning_rates = tower_learning_rates(cfg)
+    towers = {}
+    for tower, named in parameters_by_tower(model.named_parameters(), family_of(model)).items():
+        trainable = sum(numel(p) for _, p in named if p.requires_grad)
+        towers[tower.value] = {
+            "parameters": sum(numel(p) for _, p in named),
+            "trainable": trainable,
+            "lr": learning_rates[tower] if trainable else None,
+        }
+    record = {"partitioned_at_load": partitioned, "towers": towers}
+    (run_dir / "parameters.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
 def _logger(cfg: TrainConfig, run_dir: Path) -> MetricLogger:
-    """The run's W&B logger (rank 0 only: one W&B run per training run, however many processes)."""
+    """The run's W&B logger (rank 0 only: one W&B run per training run, however many processes); shared
+    with the evaluation watcher in async mode."""
     return make_logger(
         cfg.logger.wandb,
         cfg.logger.mode,
@@ -157,6 +180,7 @@ def _logger(cfg: TrainConfig, run_dir: Path) -> MetricLogger:
         run_dir,
         cfg.run_name,
         OmegaConf.to_container(OmegaConf.structured(cfg)),
+        shared=cfg.eval.mode is not EvalMode.inline,
     )
 
 
@@ -169,10 +193,25 @@ def _last_checkpoint(directory: Path) -> str | None:
 
 
 def _is_complete(checkpoint: Path) -> bool:
-    """Whether a save finished: the Trainer writes ``trainer_state.json`` last, and not atomically, so a
-    kill mid-write leaves one that does not parse."""
+    """Whether a save finished, so that a resumed run can read every file in it.
+
+    Rank 0 writes ``trainer_state.json`` last, and not atomically: a kill mid-write leaves one that does
+    not parse. Other ranks may still be writing after it: each its ``rng_state_<rank>.pth``.
+    ``torch.save`` writes a zip whose directory comes last, so a file cut short does not open as one.
+    Every rank decides alike: the files are the same for all.
+    """
+    import zipfile
+
     try:
         json.loads((checkpoint / "trainer_state.json").read_text())
-    except (OSError, ValueError):
+        for torch_file in [*checkpoint.glob("*.pt"), *checkpoint.glob("*.pth")]:
+            zipfile.ZipFile(torch_file).close()
+    except (OSError, ValueError, zipfile.BadZipFile):
         return False
-    return True
+    per_rank_rng = list(checkpoint.glob("rng_state_*.pth"))
+    if not per_rank_rng:
+        return True
+    # One optimizer shard per data-parallel rank under ZeRO, all written before a barrier that precedes
+    # the RNG files; without ZeRO, the ranks are those of the run that asks.
+    zero_shards = list(checkpoint.glob("global_step*/*zero_pp_rank_*_optim_states.pt"))
+    return len(per_rank_rng) >= (len(zero_shards) or distributed.world_size())

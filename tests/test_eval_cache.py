@@ -1,0 +1,193 @@
+"""The shared results cache: the same weights under the same settings are evaluated once, wherever
+their files lie; other weights, other settings or a changed item are evaluated again."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from eval.results_cache import FileHashes, Weights, checkpoint_fingerprint, item_fingerprint, run_weights
+
+
+class Killed(RuntimeError):
+    """Stands for a SIGKILL in the middle of an evaluation."""
+
+
+@pytest.fixture(scope="module")
+def base_and_adapters(synthetic_build, tiny_checkpoint, tmp_path_factory):
+    """The tiny base, two different LoRA adapters saved on it, and small evaluation settings."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from train.config import EvalConfig, ModelConfig
+    from train.models import load_model
+
+    adapters = tmp_path_factory.mktemp("adapters")
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        model, _ = load_model(ModelConfig(name_or_path=str(tiny_checkpoint)))
+        lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+        get_peft_model(model, lora).save_pretrained(adapters / f"adapter-{seed}")
+    cfg = EvalConfig(
+        benchmarks=["v2p"],
+        v2p_root=str(synthetic_build.v2p_bench),
+        limit=3,
+        batch_size=1,
+        max_new_tokens=3,
+        bootstrap_resamples=20,
+    )
+    return str(tiny_checkpoint), adapters, cfg
+
+
+@pytest.fixture()
+def cfg(base_and_adapters, tmp_path):
+    """The evaluation settings with a results cache of this test's own."""
+    return replace(base_and_adapters[2], results_cache=str(tmp_path / "results_cache"))
+
+
+def _evaluate(cfg, run_dir: Path, weights: Weights, media=None, kill_after: int | None = None):
+    """Evaluate ``weights`` (the base, or the base with a LoRA adapter applied) as checkpoint-2.
+
+    Returns:
+        The per-sample records, and the number of items generated.
+    """
+    from peft import PeftModel
+
+    from data_builders.media import FrameCache, MediaSpec
+    from eval.evaluator import Evaluator
+    from eval.metric_logging import NullLogger
+    from train.adapter import make_adapter
+    from train.config import ModelConfig
+    from train.models import load_model
+
+    media = media or MediaSpec()
+    model, processor = load_model(ModelConfig(name_or_path=weights.base))
+    if weights.checkpoint:
+        model = PeftModel.from_pretrained(model, weights.checkpoint)
+    evaluator = Evaluator(cfg, media, FrameCache(None), run_dir, NullLogger(), weights_of=lambda _: weights)
+    generated = []
+
+    def counting_generate(model, adapter, samples, max_new_tokens=None):
+        if kill_after is not None and len(generated) == kill_after:
+            raise Killed()
+        generated.extend(s.id for s in samples)
+        return Evaluator.generate(evaluator, model, adapter, samples, max_new_tokens)
+
+    evaluator.generate = counting_generate
+    adapter = make_adapter("qwen2_5_vl", processor, media, FrameCache(None))
+    evaluator.evaluate(model, adapter, "checkpoint-2", step=2)
+    return _records(run_dir), len(generated)
+
+
+def _records(run_dir: Path) -> dict[str, dict]:
+    path = run_dir / "eval" / "checkpoint-2" / "v2p.jsonl"
+    return {r["id"]: r for r in map(json.loads, path.read_text().splitlines())}
+
+
+@pytest.mark.slow
+def test_the_same_adapter_under_another_path_is_not_evaluated_again(base_and_adapters, cfg, tmp_path):
+    base, adapters, _ = base_and_adapters
+    first, n_first = _evaluate(cfg, tmp_path / "run_a", Weights(base, adapters / "adapter-0"))
+    moved = shutil.copytree(adapters / "adapter-0", tmp_path / "elsewhere" / "checkpoint-9")
+    second, n_second = _evaluate(cfg, tmp_path / "run_b", Weights(base, moved))
+    assert n_first == cfg.limit and n_second == 0
+    assert second == first  # copied into the second run's own results, which the reports read
+
+
+@pytest.mark.slow
+def test_the_same_untuned_base_in_two_runs_is_evaluated_once(base_and_adapters, cfg, tmp_path):
+    base = base_and_adapters[0]
+    _, n_first = _evaluate(
+        cfg, tmp_path / "run_a", run_weights(base, tmp_path / "run_a" / "checkpoints")("baseline")
+    )
+    _, n_second = _evaluate(
+        cfg, tmp_path / "run_b", run_weights(base, tmp_path / "run_b" / "checkpoints")("baseline")
+    )
+    assert (n_first, n_second) == (cfg.limit, 0)
+
+
+@pytest.mark.slow
+def test_other_weights_or_other_media_are_evaluated_again(base_and_adapters, cfg, tmp_path):
+    from data_builders.media import MediaSpec
+
+    base, adapters, _ = base_and_adapters
+    _evaluate(cfg, tmp_path / "run_a", Weights(base, adapters / "adapter-0"))
+    _, n_other_weights = _evaluate(cfg, tmp_path / "run_b", Weights(base, adapters / "adapter-1"))
+    _, n_other_base = _evaluate(cfg, tmp_path / "run_c", Weights(base))
+    fewer_frames = MediaSpec(num_frames=MediaSpec().num_frames // 2)
+    _, n_other_media = _evaluate(cfg, tmp_path / "run_d", Weights(base, adapters / "adapter-0"), fewer_frames)
+    assert n_other_weights == n_other_base == n_other_media == cfg.limit
+
+
+@pytest.mark.slow
+def test_a_killed_evaluation_with_the_cache_generates_only_the_missing_items(
+    base_and_adapters, cfg, tmp_path
+):
+    base, adapters, _ = base_and_adapters
+    weights = Weights(base, adapters / "adapter-1")
+    straight, _ = _evaluate(cfg, tmp_path / "straight", weights)  # fills the cache...
+    shutil.rmtree(cfg.results_cache)  # ...which is then lost: only the killed run's own items remain
+    with pytest.raises(Killed):
+        _evaluate(cfg, tmp_path / "killed", weights, kill_after=1)
+    resumed, n_resumed = _evaluate(cfg, tmp_path / "killed", weights)
+    assert n_resumed == cfg.limit - 1
+    assert {i: r["prediction"] for i, r in resumed.items()} == {
+        i: r["prediction"] for i, r in straight.items()
+    }
+
+
+def test_file_hashes_are_computed_once_per_file_version(tmp_path, monkeypatch):
+    import eval.results_cache as results_cache
+
+    hashed = []
+    real_hash = results_cache._hash_file
+    monkeypatch.setattr(results_cache, "_hash_file", lambda path: hashed.append(path) or real_hash(path))
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"a" * 100)
+    sidecar = tmp_path / "cache" / "file_hashes.json"
+    first = FileHashes(sidecar).sha256(weights)
+    assert FileHashes(sidecar).sha256(weights) == first and len(hashed) == 1  # a new process: no re-read
+    weights.write_bytes(b"b" * 101)
+    assert FileHashes(sidecar).sha256(weights) != first and len(hashed) == 2
+
+
+def test_a_lora_checkpoint_is_identified_by_its_adapter_not_by_where_its_base_lay(tmp_path):
+    hashes = FileHashes(tmp_path / "file_hashes.json")
+    checkpoint = tmp_path / "checkpoint-4"
+    checkpoint.mkdir()
+    (checkpoint / "adapter_model.safetensors").write_bytes(b"lora")
+    (checkpoint / "optimizer.pt").write_bytes(b"state")
+
+    def fingerprint(**config) -> str:
+        (checkpoint / "adapter_config.json").write_text(json.dumps({"r": 4, **config}))
+        return checkpoint_fingerprint("base", checkpoint, hashes)
+
+    here = fingerprint(base_model_name_or_path="/old/place")
+    assert fingerprint(base_model_name_or_path="/new/place") == here
+    assert fingerprint(base_model_name_or_path="/old/place", r=8) != here
+    (checkpoint / "optimizer.pt").write_bytes(b"other state")  # does not change what the model computes
+    assert fingerprint(base_model_name_or_path="/old/place") == here
+    assert checkpoint_fingerprint("another base", checkpoint, hashes) != here
+
+
+def test_a_changed_item_or_a_replaced_video_changes_the_item_fingerprint(tmp_path):
+    from data_builders.sample import Part, Sample, Turn
+
+    video = tmp_path / "v.mp4"
+    video.write_bytes(b"video")
+
+    def sample(question: str) -> Sample:
+        turn = Turn("user", [Part.video(str(video), 0.0, 2.0), Part.txt(question)])
+        return Sample("q1", "v2p", [turn], "synthetic", "v", (0.0, 2.0))
+
+    before = item_fingerprint(sample("What is marked?"))
+    assert item_fingerprint(sample("What is marked?")) == before
+    assert item_fingerprint(sample("What moved?")) != before
+    video.write_bytes(b"another video")
+    os.utime(video, ns=(1, 1))
+    assert item_fingerprint(sample("What is marked?")) != before
