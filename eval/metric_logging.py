@@ -222,6 +222,9 @@ def make_watcher_logger(
         "x_sync_dir_suffix": WATCHER_LABEL,  # never the training's local run directory
     }
     mode = "shared" if mode == "online" else mode
+    # A W&B service inherited from the process that started the watcher may already hold this run id (it
+    # refuses a second run of the same id): the watcher starts its own service, as a separate job would.
+    os.environ.pop("WANDB_SERVICE", None)
     run = _start_wandb(project, entity, Path(run_dir), run_name, None, mode, settings)
     return BothLoggers(local, WandbLogger(run, owns_step=False, keep=str(local.path))) if run else local
 

@@ -70,18 +70,16 @@ def training_callbacks(
     them, so any of them reuses what another computed.
     """
     callbacks: list[TrainerCallback] = [LogToMetricLogger(logger)]
-    if evaluator is None:
-        return callbacks
-    if cfg.eval.mode is EvalMode.inline:
-        evaluator.weights_of = run_weights(cfg.model.name_or_path, Path(cfg.run_dir) / "checkpoints")
-        return callbacks + [CheckpointEval(evaluator, adapter)]
-    if distributed.is_main():
+    if cfg.eval.mode is not EvalMode.inline and cfg.eval.benchmarks and distributed.is_main():
         print(
             f"eval.mode=async: this training evaluates nothing; `python -m eval.watch {cfg.run_dir}` "
             "evaluates the baseline and every checkpoint",
             flush=True,
         )
-    return callbacks
+    if evaluator is None or cfg.eval.mode is not EvalMode.inline:
+        return callbacks
+    evaluator.weights_of = run_weights(cfg.model.name_or_path, Path(cfg.run_dir) / "checkpoints")
+    return callbacks + [CheckpointEval(evaluator, adapter)]
 
 
 def mark_training_done(run_dir: str | Path) -> None:
