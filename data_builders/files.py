@@ -65,6 +65,30 @@ def write_jsonl_atomic(path: str | Path, rows: Iterable[dict[str, Any]]) -> None
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
+def appended_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The objects of an append-only JSONL file, skipping a line a kill cut short (it is redone)."""
+    path = Path(path)
+    if not path.exists():
+        return
+    for line in path.read_text().splitlines():
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError:
+            continue
+
+
+def close_cut_line(path: str | Path) -> None:
+    """End an append-only file's last line if a kill cut it short, so the next append starts a line."""
+    path = Path(path)
+    if path.exists() and path.stat().st_size:
+        with path.open("rb") as file:
+            file.seek(-1, os.SEEK_END)
+            cut = file.read(1) != b"\n"
+        if cut:
+            with path.open("a") as file:
+                file.write("\n")
+
+
 def read_json_object(path: str | Path, what: str) -> dict[str, Any]:
     """Read a JSON file whose top level must be an object.
 

@@ -30,7 +30,6 @@ the hack ratio, and text- vs visual-prompt accuracy on the same items.
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +40,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from data_builders.files import appended_jsonl, close_cut_line, write_text_atomic
 from data_builders.media import FrameCache, MediaSpec
 from data_builders.ovi_format import load_ovibench
 from data_builders.sample import Sample
@@ -145,29 +145,10 @@ def is_open_ovi(record: dict) -> bool:
     return record.get("task") == "ovi" and record.get("meta", {}).get("format") == "open"
 
 
-def _end_cut_line(path: Path) -> None:
-    """Close a last line that a kill cut short, so the next record starts on a line of its own."""
-    if path.exists() and path.stat().st_size:
-        with path.open("rb") as file:
-            file.seek(-1, os.SEEK_END)
-            cut = file.read(1) != b"\n"
-        if cut:
-            with path.open("a") as file:
-                file.write("\n")
-
-
 def read_results(path: Path) -> dict[str, dict]:
-    """Per-sample records of one model on one benchmark by item id (the last line of an id wins)."""
-    if not path.exists():
-        return {}
-    results = {}
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a kill: that item is simply evaluated again
-        results[record["id"]] = record
-    return results
+    """Per-sample records of one model on one benchmark by item id (the last line of an id wins; a line
+    cut short by a kill is skipped, so that item is simply evaluated again)."""
+    return {record["id"]: record for record in appended_jsonl(path)}
 
 
 class Evaluator:
@@ -302,7 +283,7 @@ class Evaluator:
         """The records already on disk, with a last line cut by a kill closed off (rank 0 only)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         done = read_results(path)
-        _end_cut_line(path)
+        close_cut_line(path)
         return done
 
     def _groups(self, samples: list[Sample]) -> list[tuple[int, list[Sample]]]:
@@ -467,9 +448,7 @@ class Evaluator:
                 self.models.append((model_name, step))
                 self._models_file.parent.mkdir(parents=True, exist_ok=True)
                 # Whole or not at all: a watcher restarted after a kill, or its test, reads it.
-                tmp = self._models_file.with_suffix(".json.tmp")
-                tmp.write_text(json.dumps(self.models))
-                tmp.replace(self._models_file)
+                write_text_atomic(self._models_file, json.dumps(self.models))
             summary = self.write_summary()
             self._log(summary, model_name, step, results)
         distributed.barrier()  # training resumes on every rank together, after rank 0 has written

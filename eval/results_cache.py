@@ -28,6 +28,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from data_builders.files import appended_jsonl, close_cut_line, write_json_atomic
 from data_builders.sample import Sample
 
 _CHUNK = 1 << 24  # 16 MiB per read while hashing
@@ -84,9 +85,7 @@ class FileHashes:
         with self._lock:
             table = self._read()
             table[path] = {**stamp, "sha256": digest}
-            tmp = self.sidecar.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
-            tmp.replace(self.sidecar)
+            write_json_atomic(self.sidecar, table, indent=1, sort_keys=True)
         return digest
 
     def _read(self) -> dict[str, dict]:
@@ -185,25 +184,13 @@ class ResultsCache:
         lines = "".join(
             json.dumps({"item": item_fingerprint(samples[r["id"]]), "record": r}) + "\n" for r in records
         )
-        with FileLock(f"{path}.lock"), path.open("a+b") as out:
-            if out.tell() and not _ends_with_newline(out):
-                lines = "\n" + lines  # close a line that a kill cut short
-            out.write(lines.encode())
+        with FileLock(f"{path}.lock"):
+            close_cut_line(path)
+            with path.open("a") as out:
+                out.write(lines)
 
     def _entries(self, key: str, benchmark: str) -> Iterable[dict]:
-        path = self._path(key, benchmark)
-        if not path.exists():
-            return
-        for line in path.read_text().splitlines():
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by a kill
+        return appended_jsonl(self._path(key, benchmark))
 
     def _path(self, key: str, benchmark: str) -> Path:
         return self.root / key / f"{benchmark}.jsonl"
-
-
-def _ends_with_newline(file) -> bool:
-    file.seek(-1, os.SEEK_END)
-    return file.read(1) == b"\n"
