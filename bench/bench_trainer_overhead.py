@@ -1,15 +1,25 @@
 """What the HF Trainer costs per step over a bare PyTorch loop, on the recipe's tiny model and batch.
 
-Four ways to take the same optimisation step on the same fixed batch (the first 4 training samples):
+Every Trainer step is paired with a step of a bare loop taken right after it (in the Trainer's
+``on_step_end``), on a twin model and the same fixed batch (the first 4 training samples): forward,
+backward, grad-norm clipping, AdamW and LR-schedule steps on a batch collated once beforehand — the same
+arithmetic as the Trainer's step, without the framework around it. The two steps of a pair run within a
+fraction of a second of each other, so a slow spell of the shared machine hits both; the overhead is the
+median over pairs of (Trainer step / bare step - 1). The Trainer runs four ways:
 
-- bare loop: forward, backward, grad-norm clipping, AdamW and LR-schedule steps on a batch collated once
-  beforehand: the same arithmetic as the Trainer's step, without the framework around it;
-- Trainer, pre-collated: the recipe's TrainingArguments, the same batch handed over by the collator —
-  the difference to the bare loop is the framework's own cost per step;
-- Trainer, recipe data path: the recipe's TrainingArguments and collator (render + processor every step)
-  in the main process (``num_workers=0``), and with 2 dataloader workers preparing batches ahead.
+- stock HF Trainer and the recipe's Trainer (``train.trainer.RecipeTrainer``), pre-collated: the recipe's
+  TrainingArguments, the same batch handed over by the collator — the difference to the bare loop is the
+  framework's own cost per step, and the stock row shows what the recipe's Trainer takes off it;
+- the recipe's Trainer with the recipe's data path: its collator (render + processor every step) in the
+  main process (``num_workers=0``), and with 2 dataloader workers preparing batches ahead.
 
-The variants run in alternating rounds, so a slow spell of the shared machine hits them alike.
+With a CUDA GPU both train there, the bare loop in bf16 autocast wherever the Trainer's arguments turn
+bf16 on, and each step's time ends when the GPU has finished it.
+
+A second table times, on a model of Qwen2.5-VL-7B's shape with the default LoRA (built on the meta
+device: the structure without weights, so it takes no memory), the walks over the model that the stock
+Trainer makes at every step, and what the recipe's Trainer makes of them: costs that grow with the
+model's size, which the tiny model hides.
 
     python bench/bench_trainer_overhead.py
 """
@@ -26,31 +36,83 @@ from transformers import PrinterCallback, Trainer, TrainerCallback, get_schedule
 
 from train.data import Collator, SampleDataset
 from train.recipe import training_arguments
+from train.trainer import RecipeTrainer
 
 BATCH = 4
 ROUNDS = 3
-STEPS = 6  # measured steps per round and variant
+STEPS = 20  # measured pairs per round and variant
 WARMUP = 2  # steps per round left out (optimizer state creation, first-touch allocations)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-class StepClock(TrainerCallback):
-    """Wall time between consecutive step ends: the whole step, data included."""
+def finish_device_work() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
-    def __init__(self):
-        self.ends: list[float] = []
+
+class BareLoop:
+    """The bare loop, one step at a time, on its own model and optimizer."""
+
+    def __init__(self, setup: Setup, batch: dict, max_grad_norm: float, bf16: bool):
+        cfg = setup.cfg.trainer
+        self.model, self.max_grad_norm = fresh_model(setup.cfg).to(DEVICE), max_grad_norm
+        self.batch = {key: value.to(DEVICE) for key, value in batch.items()}
+        self.precision = torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=bf16)  # as the Trainer's
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.schedule = get_scheduler(cfg.lr_scheduler, self.optimizer, 0, 10**6)
+
+    def step(self) -> float:
+        """Seconds one optimisation step takes."""
+        start = time.perf_counter()
+        with self.precision:
+            loss = self.model(**self.batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
+        self.optimizer.step()
+        self.schedule.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        finish_device_work()
+        return time.perf_counter() - start
+
+
+class PairedBareSteps(TrainerCallback):
+    """Times each Trainer step (data included: from the end of the previous step's callbacks to the end
+    of this step) and takes one bare step right after it."""
+
+    def __init__(self, bare: BareLoop):
+        self.bare = bare
+        self.trainer_times: list[float] = []
+        self.bare_times: list[float] = []
+        self.resumed: float | None = None
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.ends.append(time.perf_counter())
+        finish_device_work()
+        ended = time.perf_counter()
+        if self.resumed is not None:
+            self.trainer_times.append(ended - self.resumed)
+            self.bare_times.append(self.bare.step())
+        self.resumed = time.perf_counter()
 
-    def step_times(self) -> list[float]:
-        return [b - a for a, b in zip(self.ends, self.ends[1:], strict=False)][WARMUP - 1 :]
+    def pairs(self) -> list[tuple[float, float]]:
+        """(Trainer seconds, bare seconds) per measured step."""
+        return list(zip(self.trainer_times, self.bare_times, strict=True))[WARMUP:]
 
 
-class InOrderTrainer(Trainer):
-    """A Trainer that reads its dataset in order, so every batch is the same ``BATCH`` samples."""
+class InOrder:
+    """Reads the dataset in order, so every batch is the same ``BATCH`` samples."""
 
     def _get_train_sampler(self, *args, **kwargs):
         return torch.utils.data.SequentialSampler(self.train_dataset)
+
+
+class InOrderRecipeTrainer(InOrder, RecipeTrainer):
+    pass
+
+
+class InOrderStockTrainer(InOrder, Trainer):
+    def __init__(self, *args, trainer_cfg, **kwargs):
+        super().__init__(*args, **kwargs)
 
 
 class Repeat(torch.utils.data.Dataset):
@@ -66,26 +128,10 @@ class Repeat(torch.utils.data.Dataset):
         return self.inner[index % self.period]
 
 
-def bare_round(model, batch: dict, setup: Setup, max_grad_norm: float) -> list[float]:
-    params = [p for p in model.parameters() if p.requires_grad]
-    cfg = setup.cfg.trainer
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    steps = WARMUP + STEPS
-    schedule = get_scheduler(cfg.lr_scheduler, optimizer, int(cfg.warmup_ratio * steps), steps)
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        model(**batch).loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - start)
-    return times[WARMUP:]
-
-
-def trainer_round(setup: Setup, model, collator, dataset, out_dir: Path, workers: int = 0) -> list[float]:
-    steps = WARMUP + STEPS
+def trainer_round(
+    setup: Setup, trainer_cls: type, model, collator, dataset, bare: BareLoop, out_dir: Path, workers: int
+) -> list[tuple[float, float]]:
+    steps = 1 + WARMUP + STEPS  # the first step only starts the clock
     trainer_cfg = replace(
         setup.cfg.trainer,
         max_steps=steps,
@@ -96,24 +142,94 @@ def trainer_round(setup: Setup, model, collator, dataset, out_dir: Path, workers
     )
     args = training_arguments(trainer_cfg, out_dir)
     args.disable_tqdm = True
-    clock = StepClock()
-    trainer = InOrderTrainer(
+    paired = PairedBareSteps(bare)
+    trainer = trainer_cls(
         model=model,
         args=args,
+        trainer_cfg=trainer_cfg,
         train_dataset=Repeat(dataset, BATCH, steps * BATCH),
         data_collator=collator,
-        callbacks=[clock],
+        callbacks=[paired],
     )
     trainer.remove_callback(PrinterCallback)  # its end-of-training dict would clutter the table
     trainer.train()
-    return clock.step_times()
+    return paired.pairs()
 
 
-VARIANTS = {  # name: (label, collate per step, dataloader workers)
-    "pre": ("HF Trainer, pre-collated batch", False, 0),
-    "recipe": ("HF Trainer, recipe data path, 0 workers", True, 0),
-    "workers": ("HF Trainer, recipe data path, 2 workers", True, 2),
+VARIANTS = {  # name: (label, Trainer class, collate per step, dataloader workers)
+    "stock": ("stock HF Trainer, pre-collated batch", InOrderStockTrainer, False, 0),
+    "pre": ("recipe's Trainer, pre-collated batch", InOrderRecipeTrainer, False, 0),
+    "recipe": ("recipe's Trainer, recipe data path, 0 workers", InOrderRecipeTrainer, True, 0),
+    "workers": ("recipe's Trainer, recipe data path, 2 workers", InOrderRecipeTrainer, True, 2),
 }
+
+
+def qwen2_5_vl_7b_shape() -> torch.nn.Module:
+    """Qwen2.5-VL-7B's published shape with the default LoRA (``peft=lora``), on the meta device."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    from train.config import PeftConfig
+    from train.modes import apply_peft
+
+    config = Qwen2_5_VLConfig(
+        text_config={
+            "hidden_size": 3584,
+            "intermediate_size": 18944,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "vocab_size": 152064,
+        },
+        vision_config={"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "out_hidden_size": 3584},
+    )
+    with torch.device("meta"):
+        model = Qwen2_5_VLForConditionalGeneration(config)
+    return apply_peft(model, PeftConfig())
+
+
+def per_call_ms(call, repeats: int = 20) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return median(times) * 1000
+
+
+def print_bookkeeping_at_scale() -> None:
+    from accelerate import Accelerator
+
+    model = qwen2_5_vl_7b_shape()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    accelerator = Accelerator()
+    # No parameter has a gradient here: what is timed is the bookkeeping around the norm, not the norm.
+    count_ms = per_call_ms(lambda: model.num_parameters(exclude_embeddings=True))
+    stock_clip_ms = per_call_ms(lambda: accelerator.clip_grad_norm_(model.parameters(), 1.0))
+    recipe_clip_ms = per_call_ms(lambda: torch.nn.utils.clip_grad_norm_(trainable, 1.0))
+    train_ms, zero_grad_ms = per_call_ms(model.train), per_call_ms(model.zero_grad)
+    rows = [
+        ["FLOP estimate: model.num_parameters(exclude_embeddings=True)", f"{count_ms:.1f}", "0 (once)"],
+        [
+            "clipping: accelerate over model.parameters() / torch over the trainable ones, listed once",
+            f"{stock_clip_ms:.1f}",
+            f"{recipe_clip_ms:.1f}",
+        ],
+        ["model.train() (the stock loop's, in both)", f"{train_ms:.1f}", f"{train_ms:.1f}"],
+        ["model.zero_grad() (the stock loop's, in both)", f"{zero_grad_ms:.1f}", f"{zero_grad_ms:.1f}"],
+        [
+            "per step, in all",
+            f"{count_ms + stock_clip_ms + train_ms + zero_grad_ms:.1f}",
+            f"{recipe_clip_ms + train_ms + zero_grad_ms:.1f}",
+        ],
+    ]
+    parameters = sum(p.numel() for p in model.parameters()) / 1e9
+    print_table(
+        f"Per-step walks over the model: Qwen2.5-VL-7B's shape + the default LoRA ({parameters:.1f}B "
+        f"parameters in {len(list(model.parameters()))} tensors, {len(list(model.modules()))} modules; "
+        "meta device), median of 20 calls",
+        ["call", "stock HF Trainer, ms per step", "recipe's Trainer, ms per step"],
+        rows,
+    )
 
 
 def main() -> None:
@@ -122,38 +238,47 @@ def main() -> None:
     batch = fixed_batch(setup, BATCH)
     tokens = int(batch["attention_mask"].sum())
     recipe_data = SampleDataset(setup.samples[:BATCH], setup.adapter)
-    models = {name: fresh_model(setup.cfg) for name in ("bare", *VARIANTS)}
-    times: dict[str, list[float]] = {name: [] for name in models}
-    max_grad_norm = training_arguments(setup.cfg.trainer, out_dir).max_grad_norm
+    args = training_arguments(setup.cfg.trainer, out_dir)
+    bare = BareLoop(setup, batch, args.max_grad_norm, args.bf16)
+    models = {name: fresh_model(setup.cfg) for name in VARIANTS}
+    pairs: dict[str, list[tuple[float, float]]] = {name: [] for name in VARIANTS}
     for _ in range(ROUNDS):
-        times["bare"] += bare_round(models["bare"], batch, setup, max_grad_norm)
-        for name, (_, collate, workers) in VARIANTS.items():
+        for name, (_, trainer_cls, collate, workers) in VARIANTS.items():
             # Pre-collated: the dataset hands out placeholders, so nothing is read or rendered per step.
             collator = Collator(setup.adapter) if collate else (lambda _: dict(batch))
             data = recipe_data if collate else [None] * BATCH
-            times[name] += trainer_round(setup, models[name], collator, data, out_dir, workers)
+            model = models[name]
+            pairs[name] += trainer_round(setup, trainer_cls, model, collator, data, bare, out_dir, workers)
 
-    bare, bare_best = median(times["bare"]), min(times["bare"])
-    labels = {"bare": "bare loop (pre-collated batch, same optimizer math)"}
-    labels.update({name: label for name, (label, _, _) in VARIANTS.items()})
     rows = []
-    for name, label in labels.items():
-        step, best = median(times[name]), min(times[name])
-        overheads = [f"{(step / bare - 1) * 100:+.0f}%", f"{(best / bare_best - 1) * 100:+.0f}%"]
-        rows.append([label, f"{step * 1000:.0f}", *overheads])
+    for name, (label, *_) in VARIANTS.items():
+        step_ms = median([t for t, _ in pairs[name]]) * 1000
+        bare_ms = median([b for _, b in pairs[name]]) * 1000
+        overhead = median([t / b - 1 for t, b in pairs[name]]) * 100
+        extra_ms = median([t - b for t, b in pairs[name]]) * 1000
+        rows.append([label, f"{step_ms:.0f}", f"{bare_ms:.0f}", f"{overhead:+.1f}%", f"{extra_ms:+.1f}"])
     print_table(
         f"Trainer overhead: tiny Qwen2.5-VL + LoRA, batch {BATCH} ({tokens} tokens), "
-        f"median of {ROUNDS}x{STEPS} steps",
-        ["variant", "step ms (median)", "over bare (medians)", "over bare (fastest steps)"],
+        f"{ROUNDS}x{STEPS} steps per variant, each paired with a bare-loop step taken right after it",
+        [
+            "variant",
+            "step ms (median)",
+            "paired bare step ms (median)",
+            "over the paired bare step (median)",
+            "ms over it (median)",
+        ],
         rows,
         notes=[
-            "every variant clips the gradient norm and steps AdamW and the LR schedule; the pre-collated row "
-            "is the framework's own cost, the recipe rows add preparing the batch (render + processor)",
+            "bare step: forward, backward, clipping, AdamW and LR-schedule steps on the pre-collated batch, "
+            "the arithmetic of every Trainer variant; over it, the pre-collated rows are the framework's "
+            "own cost, the data-path rows add preparing the batch (render and processor)",
+            "pairs of steps on a shared machine still differ by a few percent either way: differences "
+            "under about 3% are noise",
             "with workers, batches are prepared in other processes, which here share the 2 cores with the "
             "model's compute; on a GPU machine they do not",
-            "the two overhead columns disagree when other work on the machine disturbed the steps",
         ],
     )
+    print_bookkeeping_at_scale()
 
 
 if __name__ == "__main__":

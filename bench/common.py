@@ -113,8 +113,9 @@ def median(values: list[float]) -> float:
 
 def machine_line() -> str:
     """What the figures were measured on, printed under every table."""
+    gpu = f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
     return (
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores visible, torch "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores visible{gpu}, torch "
         f"{torch.__version__} with {torch.get_num_threads()} threads; a shared machine makes ratios "
         "noisier than they look"
     )

@@ -2,7 +2,8 @@
 the per-sample results already on disk. The result equals that of a run that was never killed.
 
 Training is killed with SIGKILL right after a checkpoint lands, at a step drawn at random for each test
-run (printed with its seed; ``KILL_SEED=<seed>`` replays it), in one process and under DeepSpeed ZeRO-2
+run (printed with its seed; ``KILL_SEED=<seed>`` replays it): in one process, in one process with two
+dataloader workers (which must leave no process and no shared memory behind), and under DeepSpeed ZeRO-2
 on two processes.
 """
 
@@ -78,6 +79,7 @@ class Launch:
 
 
 SINGLE = Launch([sys.executable], [], {})
+WITH_WORKERS = Launch([sys.executable], ["trainer.num_workers=2"], {})
 DEEPSPEED = Launch(DEEPSPEED_LAUNCH, DEEPSPEED_OVERRIDES, DEEPSPEED_ENV)
 
 
@@ -119,8 +121,11 @@ def _train(output_root: Path, run_name: str, launch: Launch = SINGLE) -> str:
     return done.stdout + done.stderr
 
 
-def _train_until_killed(output_root: Path, run_name: str, checkpoint: str, launch: Launch = SINGLE) -> None:
-    """Start the training and SIGKILL every process of it as soon as ``checkpoint`` is complete."""
+def _train_until_killed(
+    output_root: Path, run_name: str, checkpoint: str, launch: Launch = SINGLE
+) -> list[int]:
+    """Start the training and SIGKILL every process of it as soon as ``checkpoint`` is complete; the ids
+    of the processes killed."""
     target = output_root / run_name / "checkpoints" / checkpoint
     child = subprocess.Popen(
         _train_command(output_root, run_name, launch),
@@ -142,6 +147,19 @@ def _train_until_killed(output_root: Path, run_name: str, checkpoint: str, launc
         child.wait(timeout=30)
     for pid in processes:
         assert _wait_until_gone(pid), f"process {pid} of the killed run is still running"
+    return processes
+
+
+def _shared_memory_left(pids: list[int]) -> list[str]:
+    """Shared-memory segments that processes ``pids`` made (torch names them ``torch_<pid>_…``) and that
+    are still there a few seconds after the processes died."""
+    prefixes = tuple(f"torch_{pid}_" for pid in pids)
+    deadline = time.monotonic() + 20  # torch_shm_manager notices a dead client and unlinks its segments
+    while True:
+        left = [p.name for p in Path("/dev/shm").glob("torch_*") if p.name.startswith(prefixes)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
 
 
 def _process_tree(pid: int) -> list[int]:
@@ -205,12 +223,14 @@ def _check_equal_runs(straight: Path, resumed: Path) -> None:
 
 
 @pytest.mark.slow
-def test_killed_training_resumes_from_the_newest_complete_checkpoint_with_equal_losses(tmp_path):
+@pytest.mark.parametrize("launch", [SINGLE, WITH_WORKERS], ids=["no_workers", "2_workers"])
+def test_killed_training_resumes_from_the_newest_complete_checkpoint_with_equal_losses(tmp_path, launch):
     step = _kill_step()
     # First the run that is never killed; it also builds the data, the tiny model and the frame cache
     # the other run reuses (building the model draws from the global RNG: see train/recipe.py).
-    _train(tmp_path, "straight")
-    _train_until_killed(tmp_path, "killed", f"checkpoint-{step}")
+    _train(tmp_path, "straight", launch)
+    killed = _train_until_killed(tmp_path, "killed", f"checkpoint-{step}", launch)
+    assert _shared_memory_left(killed) == []
 
     checkpoints = tmp_path / "killed" / "checkpoints"
     for later in range(step + SAVE_STEPS, MAX_STEPS + 1, SAVE_STEPS):  # saves that got through the kill
@@ -221,7 +241,7 @@ def test_killed_training_resumes_from_the_newest_complete_checkpoint_with_equal_
     weights = (checkpoints / f"checkpoint-{step}" / "adapter_model.safetensors").read_bytes()
     (half / "adapter_model.safetensors").write_bytes(weights[: len(weights) // 2])
 
-    output = _train(tmp_path, "killed")
+    output = _train(tmp_path, "killed", launch)
     assert f"resuming from {checkpoints / f'checkpoint-{step}'}" in output
     _check_equal_runs(tmp_path / "straight", tmp_path / "killed")
 
