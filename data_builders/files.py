@@ -2,7 +2,7 @@
 
 Every file a builder writes goes through :func:`atomic_path`: it is written under a temporary name
 beside its destination and renamed into place, so a reader (or a build resumed after a crash) never
-sees half a file.
+sees half a file. Directories (the HF datasets training reads) go through :func:`atomic_dir` alike.
 """
 
 from __future__ import annotations
@@ -36,13 +36,44 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    tmp = _hidden_beside(path, "tmp")
     try:
         yield tmp
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary directory path beside ``path`` (not created); on success the directory written
+    there takes ``path``'s place, on error it is removed and ``path`` is left as it was.
+
+    A directory cannot replace a non-empty one in one rename, so an old ``path`` is renamed aside first
+    and deleted after: a kill between the two renames leaves no ``path`` (the old one under a hidden
+    name), never a half-written one or a mix of old and new files.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _hidden_beside(path, "tmp")
+    try:
+        yield tmp
+        if path.exists():
+            old = _hidden_beside(path, "old")
+            path.rename(old)
+            tmp.rename(path)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _hidden_beside(path: Path, kind: str) -> Path:
+    """A unique hidden name in ``path``'s directory, telling whose it is."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.{kind}")
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
@@ -142,8 +173,9 @@ def link_or_copy(src: Path, dst: Path) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
+    except OSError:  # another filesystem. Copied atomically: a dst cut short would be kept as it is
+        with atomic_path(dst) as tmp:
+            shutil.copy2(src, tmp)
 
 
 def crosstab_markdown(pairs: Iterable[tuple[str, str]], row_title: str) -> str:
@@ -169,7 +201,9 @@ def save_samples(samples: Iterable[Sample], path: Path) -> None:
     """Save samples as the HF dataset training reads (``datasets.load_from_disk`` + ``Sample.from_row``)."""
     import datasets  # imported here: heavy, and only this final save needs it
 
-    datasets.Dataset.from_list([s.to_row() for s in samples]).save_to_disk(str(path))
+    dataset = datasets.Dataset.from_list([s.to_row() for s in samples])
+    with atomic_dir(path) as tmp:
+        dataset.save_to_disk(str(tmp))
 
 
 def write_reports(out_dir: Path, stats: str, info: dict[str, Any]) -> None:

@@ -43,7 +43,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from data_builders.errors import DataError, DecodeError, SettingError
-from data_builders.files import crosstab_markdown, link_or_copy, save_samples, write_reports
+from data_builders.files import atomic_path, crosstab_markdown, link_or_copy, save_samples, write_reports
 from data_builders.qc import QcConfig, QcStep, TextModel, make_text_model, qc_markdown, run_qc
 from data_builders.sources.tracks import TRACK_FORMATS, frames_visible, load_generic_track, read_tracks
 from data_builders.v2p_format import DIMENSIONS, load_v2p_release, render_question, write_v2p_release
@@ -387,8 +387,8 @@ def _draw_frames(
         )
         item["style"] = {"colour": style.colour, "width": style.width, "doodle": style.doodle}
         relative = f"{track['source']}/{track['video_id']}_q{k:02d}.jpg"
-        (out_root / "frames" / relative).parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(drawn).save(out_root / "frames" / relative, quality=95)
+        with atomic_path(out_root / "frames" / relative) as tmp:
+            Image.fromarray(drawn).save(tmp, format="JPEG", quality=95)
         paths.append(relative)
     return paths
 

@@ -11,11 +11,11 @@ environment variable named by ``--api-key-env`` and never printed.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from data_builders.files import write_json_atomic
 from eval.judge import HFJudge, Judge, JudgeBackend, OpenAICompatibleJudge, calibrate
 
 # Seed 003, Table 1: the lowest MAE any judge reached per metric (VES: Qwen3-VL-30B-A3B; the others:
@@ -92,8 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(format_table(results, identity))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"judge": identity, "metrics": results}, indent=2) + "\n")
+        write_json_atomic(args.out, {"judge": identity, "metrics": results}, indent=2)
     return 0
 
 

@@ -27,6 +27,8 @@ from typing import Protocol
 
 from filelock import FileLock
 
+from data_builders.files import write_text_atomic
+
 STEP_KEY = "train/global_step"
 METRICS_FILE = "metrics.jsonl"
 WATCHER_LABEL = "eval-watcher"
@@ -282,5 +284,5 @@ def _run_id(run_dir: Path, run_name: str) -> str:
     path = run_dir / "wandb" / "run_id"
     with FileLock(f"{path}.lock"):
         if not path.exists():
-            path.write_text(f"{run_name}-{uuid.uuid4().hex[:8]}")
+            write_text_atomic(path, f"{run_name}-{uuid.uuid4().hex[:8]}")
         return path.read_text().strip()

@@ -203,7 +203,18 @@ def test_misspelt_override_fails_at_compose_time_naming_the_key():
 
 
 # ---------------------------------------------------------------------------------------------------
-# Training: a corrupt video is quarantined, listed and counted; training goes on without its samples.
+# Training data: a directory that is not a dataset is named; a corrupt video is quarantined, listed and
+# counted, and training goes on without its samples.
+
+
+def test_a_training_directory_that_is_not_a_saved_dataset_is_named(tmp_path):
+    from data_builders.errors import DataError
+    from train.data import load_samples
+
+    (tmp_path / "v2p_sft").mkdir()
+    (tmp_path / "v2p_sft" / "stats.md").write_text("# a build's folder, not its hf/ dataset\n")
+    with pytest.raises(DataError, match=r"v2p_sft: not a complete HF dataset as data_builders saves one"):
+        load_samples([str(tmp_path / "v2p_sft")])
 
 
 def _videos(sample) -> set[str]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -12,8 +14,10 @@ from data_builders.checks import duplicate_ids, is_list_of, is_number, is_string
 from data_builders.cli import run_cli
 from data_builders.errors import DataError, SettingError
 from data_builders.files import (
+    atomic_dir,
     atomic_path,
     crosstab_markdown,
+    link_or_copy,
     read_json_object,
     write_json_atomic,
     write_jsonl_atomic,
@@ -42,6 +46,71 @@ def test_a_failed_write_keeps_the_old_file(tmp_path: Path):
         tmp.write_text("half")
         raise RuntimeError("interrupted")
     assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["t.txt"]
+
+
+def test_an_atomic_directory_replaces_the_old_one_whole_or_not_at_all(tmp_path: Path):
+    path = tmp_path / "hf"
+    path.mkdir()
+    (path / "old-shard").write_text("old")
+    with atomic_dir(path) as tmp:
+        tmp.mkdir()
+        (tmp / "new-shard").write_text("new")
+    assert [p.name for p in path.iterdir()] == ["new-shard"], "no file of the old directory is left"
+    with pytest.raises(RuntimeError), atomic_dir(path) as tmp:
+        tmp.mkdir()
+        (tmp / "half-shard").write_text("half")
+        raise RuntimeError("interrupted")
+    assert [p.name for p in path.iterdir()] == ["new-shard"]
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"], "no temporary or old directory is left"
+
+
+def test_a_failed_dataset_save_keeps_the_previous_dataset(tmp_path: Path, monkeypatch):
+    import datasets
+
+    from data_builders.files import save_samples
+    from data_builders.sample import Part, Sample, Turn
+    from train.data import load_samples
+
+    def sample(n: int) -> Sample:
+        turns = [
+            Turn("user", [Part("text", text="hi")]),
+            Turn("assistant", [Part("text", text="A")], loss=True),
+        ]
+        return Sample(f"s{n}", "v2p", turns, "test", f"video{n}", (0.0, 1.0))
+
+    save_samples([sample(1), sample(2)], tmp_path / "hf")
+
+    def save_half_then_die(self, path, **kwargs):  # over the old dataset's shard, were it saved in place
+        Path(path).mkdir(exist_ok=True)
+        (Path(path) / "data-00000-of-00001.arrow").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(datasets.Dataset, "save_to_disk", save_half_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        save_samples([sample(3)], tmp_path / "hf")
+    assert [s.id for s in load_samples([str(tmp_path / "hf")])] == ["s1", "s2"]
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"]
+
+
+def test_a_copy_cut_short_is_not_kept_as_the_linked_file(tmp_path: Path, monkeypatch):
+    src, dst = tmp_path / "src.mp4", tmp_path / "out" / "videos" / "v.mp4"
+    src.write_bytes(b"video" * 1000)
+
+    def other_filesystem(*args):
+        raise OSError("Invalid cross-device link")
+
+    def copy_half_then_die(a, b):
+        Path(b).write_bytes(Path(a).read_bytes()[:100])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "link", other_filesystem)
+    with monkeypatch.context() as patch:
+        patch.setattr(shutil, "copy2", copy_half_then_die)
+        with pytest.raises(KeyboardInterrupt):
+            link_or_copy(src, dst)
+    assert list(dst.parent.iterdir()) == [], "neither the half copy nor a temporary is left"
+    link_or_copy(src, dst)  # the re-run copies it whole (an existing dst would be kept as it is)
+    assert dst.read_bytes() == src.read_bytes()
 
 
 def test_write_reports(tmp_path: Path):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from data_builders.files import write_text_atomic
 from eval.evaluator import Evaluator
 from eval.metric_logging import MetricLogger
 from eval.results_cache import run_weights
@@ -86,7 +87,7 @@ def mark_training_done(run_dir: str | Path) -> None:
     """Tell the evaluation watcher that every checkpoint is saved and the training wrote its last file
     (rank 0 writes; call it last)."""
     if distributed.is_main():
-        (Path(run_dir) / TRAINING_DONE).write_text("done\n")
+        write_text_atomic(Path(run_dir) / TRAINING_DONE, "done\n")
 
 
 def training_done(run_dir: str | Path) -> bool:

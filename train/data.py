@@ -7,7 +7,6 @@ reason and listed in ``quarantine.json`` in the run directory, never dropped sil
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import torch
 from tqdm import tqdm
 
 from data_builders.errors import DataError, DecodeError
+from data_builders.files import write_json_atomic
 from data_builders.media import FrameCache, MediaSpec, load_image
 from data_builders.sample import Sample
 from train.adapter import QwenVLAdapter
@@ -29,7 +29,13 @@ def load_samples(dataset_dirs: list[str]) -> list[Sample]:
     for directory in dataset_dirs:
         if not Path(directory).exists():
             raise DataError(directory, "training dataset directory not found (build it with data_builders)")
-        for row_number, row in enumerate(datasets.load_from_disk(directory), start=1):
+        try:
+            dataset = datasets.load_from_disk(directory)
+        except FileNotFoundError as exc:  # a directory, but not a dataset save_to_disk finished
+            raise DataError(
+                directory, "not a complete HF dataset as data_builders saves one (a build's hf/ directory)"
+            ) from exc
+        for row_number, row in enumerate(dataset, start=1):
             try:
                 samples.append(Sample.from_row(row))
             except (KeyError, TypeError, ValueError) as exc:
@@ -66,9 +72,7 @@ def quarantine_counts(entries: list[dict]) -> dict[str, int]:
 
 
 def write_quarantine(run_dir: str | Path, name: str, entries: list[dict]) -> None:
-    path = Path(run_dir) / f"quarantine_{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(entries, indent=2))
+    write_json_atomic(Path(run_dir) / f"quarantine_{name}.json", entries, indent=2)
 
 
 class SampleDataset(torch.utils.data.Dataset):

@@ -9,10 +9,10 @@ and DeepSpeed wraps it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from data_builders.files import write_json_atomic
 from train.config import TrainerConfig
 from train.errors import ConfigError
 
@@ -59,4 +59,4 @@ def _zero_section(cfg: TrainerConfig) -> dict[str, Any]:
 def write_deepspeed_config(config: dict[str, Any] | None, run_dir: str | Path) -> None:
     """Record the config as ``<run_dir>/deepspeed.json`` (before the Trainer fills in the "auto"s)."""
     if config is not None:
-        (Path(run_dir) / "deepspeed.json").write_text(json.dumps(config, indent=2) + "\n")
+        write_json_atomic(Path(run_dir) / "deepspeed.json", config, indent=2)

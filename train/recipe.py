@@ -14,7 +14,7 @@ import torch
 from omegaconf import OmegaConf
 
 from data_builders.build import build_synthetic
-from data_builders.files import write_text_atomic
+from data_builders.files import write_json_atomic, write_text_atomic
 from data_builders.media import FrameCache
 from eval.evaluator import Evaluator
 from eval.metric_logging import MetricLogger, NullLogger, make_logger
@@ -166,7 +166,7 @@ def _write_parameters(run_dir: Path, model: torch.nn.Module, cfg: TrainerConfig,
             "lr": learning_rates[tower] if trainable else None,
         }
     record = {"partitioned_at_load": partitioned, "towers": towers}
-    (run_dir / "parameters.json").write_text(json.dumps(record, indent=2) + "\n")
+    write_json_atomic(run_dir / "parameters.json", record, indent=2)
 
 
 def _logger(cfg: TrainConfig, run_dir: Path) -> MetricLogger:
