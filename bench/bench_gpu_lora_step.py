@@ -5,7 +5,10 @@ language model (Qwen2.5-VL-3B's shape, 24 instead of 36 layers) with the real 32
 bf16, SDPA attention, the recipe's default LoRA (r=16 on every language-model projection). The batch is
 one 448x448 video of 32 frames (4096 visual tokens) plus a question and an answer, rendered and
 collated by the recipe's adapter, so the step is the one training takes. Two rows: without and with
-gradient checkpointing. Sized to finish in well under 5 minutes on one H200.
+gradient checkpointing. A second table: the recipe's Trainer on the same model and batch (gradient
+checkpointing on), each of its steps paired with the same arithmetic in a bare loop on a twin model
+(``paired_steps.py``): the framework's cost per step at this size. Sized to finish in well under 5
+minutes on one H200.
 
     python bench/bench_gpu_lora_step.py               # needs a CUDA GPU; says so and exits 0 without one
     python bench/bench_gpu_lora_step.py --cpu-smoke   # tiny sizes on the CPU: checks the code path only
@@ -20,12 +23,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from common import BENCH_ROOT, median, print_table, quickstart_config
+from paired_steps import BareLoop, InOrderRecipeTrainer, paired_steps
 
 from data_builders.media import FrameCache, MediaSpec
 from data_builders.sample import Part, Sample, Turn
 from data_builders.video_io import write_mp4
 from train.adapter import make_adapter
-from train.config import PeftConfig
+from train.config import PeftConfig, TrainerConfig
 from train.recipe import apply_peft
 
 
@@ -142,6 +146,24 @@ def measure(model, batch: dict, size: Size, device: torch.device) -> tuple[float
     return median(times[size.warmup :]), peak
 
 
+def trainer_pairs(size: Size, model, batch: dict, tokenizer, device, dtype) -> list[tuple[float, float]]:
+    """(recipe's Trainer seconds, bare seconds) per step on ``model``, the bare steps on a twin."""
+    from train.recipe import training_arguments
+
+    trainer_cfg = TrainerConfig(
+        max_steps=1 + size.warmup + size.steps, batch_size=1, gradient_checkpointing=True, num_workers=0
+    )
+    out_dir = BENCH_ROOT / "gpu" / "trainer"  # the Trainer wants one; nothing is saved
+    twin = apply_peft(build_model(size, tokenizer, device, dtype), PeftConfig()).train()
+    twin.activation_checkpointing_enable()  # as the Trainer does for its model (use_reentrant=False)
+    # Both start each step from the batch in CPU memory, as training does (the DataLoader may pin it, and
+    # refuses tensors already on the GPU).
+    cpu_batch = {key: value.cpu() for key, value in batch.items()}
+    bare = BareLoop(twin, cpu_batch, training_arguments(trainer_cfg, out_dir))
+    collate = lambda _: dict(cpu_batch)  # noqa: E731
+    return paired_steps(InOrderRecipeTrainer, trainer_cfg, out_dir, model, collate, [None], bare, size.warmup)
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -201,6 +223,20 @@ def main() -> None:
         ["grad checkpointing", "step ms", "tokens/s", "tokens/s x off", "peak GiB", "peak x off"],
         rows,
         notes=[f"median of {size.steps} steps after {size.warmup} warm-up steps; batch of one sample"],
+    )
+    pairs = trainer_pairs(size, model, batch, processor.tokenizer, device, dtype)
+    trainer_ms = median([t for t, _ in pairs]) * 1000
+    bare_ms = median([b for _, b in pairs]) * 1000
+    overhead = median([t / b - 1 for t, b in pairs]) * 100
+    print_table(
+        f"The recipe's Trainer on the same model and batch (gradient checkpointing on), on {where}",
+        ["Trainer step ms (median)", "paired bare step ms (median)", "over the paired bare step (median)"],
+        [[f"{trainer_ms:.0f}", f"{bare_ms:.0f}", f"{overhead:+.1f}%"]],
+        notes=[
+            f"{len(pairs)} pairs after {size.warmup} warm-up steps: each Trainer step is followed by the "
+            "same arithmetic (forward, backward, clipping, AdamW and LR-schedule steps) in a bare loop on a "
+            "twin model; both copy the pre-collated batch from CPU memory to the model's device every step",
+        ],
     )
 
 

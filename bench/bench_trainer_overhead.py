@@ -1,11 +1,10 @@
 """What the HF Trainer costs per step over a bare PyTorch loop, on the recipe's tiny model and batch.
 
-Every Trainer step is paired with a step of a bare loop taken right after it (in the Trainer's
-``on_step_end``), on a twin model and the same fixed batch (the first 4 training samples): forward,
-backward, grad-norm clipping, AdamW and LR-schedule steps on a batch collated once beforehand — the same
-arithmetic as the Trainer's step, without the framework around it. The two steps of a pair run within a
-fraction of a second of each other, so a slow spell of the shared machine hits both; the overhead is the
-median over pairs of (Trainer step / bare step - 1). The Trainer runs four ways:
+Every Trainer step is paired with a step of a bare loop taken right after it, on a twin model and the
+same fixed batch (the first 4 training samples, collated once beforehand): forward, backward, grad-norm
+clipping, AdamW and LR-schedule steps — the same arithmetic as the Trainer's step, without the framework
+around it (``paired_steps.py`` says why in pairs). The overhead is the median over pairs of (Trainer step
+/ bare step - 1). The Trainer runs four ways:
 
 - stock HF Trainer and the recipe's Trainer (``train.trainer.RecipeTrainer``), pre-collated: the recipe's
   TrainingArguments, the same batch handed over by the collator — the difference to the bare loop is the
@@ -13,8 +12,8 @@ median over pairs of (Trainer step / bare step - 1). The Trainer runs four ways:
 - the recipe's Trainer with the recipe's data path: its collator (render + processor every step) in the
   main process (``num_workers=0``), and with 2 dataloader workers preparing batches ahead.
 
-With a CUDA GPU both train there, the bare loop in bf16 autocast wherever the Trainer's arguments turn
-bf16 on, and each step's time ends when the GPU has finished it.
+With a CUDA GPU both train there (bf16 where the Trainer's arguments turn it on), and each step's time
+ends when the GPU has finished it.
 
 A second table times, on a model of Qwen2.5-VL-7B's shape with the default LoRA (built on the meta
 device: the structure without weights, so it takes no memory), the walks over the model that the stock
@@ -31,129 +30,17 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from common import Setup, fixed_batch, fresh_model, median, print_table, training_setup
-from transformers import PrinterCallback, Trainer, TrainerCallback, get_scheduler
+from common import fixed_batch, fresh_model, median, print_table, training_setup
+from paired_steps import BareLoop, InOrderRecipeTrainer, InOrderStockTrainer, paired_steps
 
 from train.data import Collator, SampleDataset
 from train.recipe import training_arguments
-from train.trainer import RecipeTrainer
 
 BATCH = 4
 ROUNDS = 3
 STEPS = 20  # measured pairs per round and variant
 WARMUP = 2  # steps per round left out (optimizer state creation, first-touch allocations)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def finish_device_work() -> None:
-    if DEVICE == "cuda":
-        torch.cuda.synchronize()
-
-
-class BareLoop:
-    """The bare loop, one step at a time, on its own model and optimizer."""
-
-    def __init__(self, setup: Setup, batch: dict, max_grad_norm: float, bf16: bool):
-        cfg = setup.cfg.trainer
-        self.model, self.max_grad_norm = fresh_model(setup.cfg).to(DEVICE), max_grad_norm
-        self.batch = {key: value.to(DEVICE) for key, value in batch.items()}
-        self.precision = torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=bf16)  # as the Trainer's
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        self.schedule = get_scheduler(cfg.lr_scheduler, self.optimizer, 0, 10**6)
-
-    def step(self) -> float:
-        """Seconds one optimisation step takes."""
-        start = time.perf_counter()
-        with self.precision:
-            loss = self.model(**self.batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
-        self.optimizer.step()
-        self.schedule.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        finish_device_work()
-        return time.perf_counter() - start
-
-
-class PairedBareSteps(TrainerCallback):
-    """Times each Trainer step (data included: from the end of the previous step's callbacks to the end
-    of this step) and takes one bare step right after it."""
-
-    def __init__(self, bare: BareLoop):
-        self.bare = bare
-        self.trainer_times: list[float] = []
-        self.bare_times: list[float] = []
-        self.resumed: float | None = None
-
-    def on_step_end(self, args, state, control, **kwargs):
-        finish_device_work()
-        ended = time.perf_counter()
-        if self.resumed is not None:
-            self.trainer_times.append(ended - self.resumed)
-            self.bare_times.append(self.bare.step())
-        self.resumed = time.perf_counter()
-
-    def pairs(self) -> list[tuple[float, float]]:
-        """(Trainer seconds, bare seconds) per measured step."""
-        return list(zip(self.trainer_times, self.bare_times, strict=True))[WARMUP:]
-
-
-class InOrder:
-    """Reads the dataset in order, so every batch is the same ``BATCH`` samples."""
-
-    def _get_train_sampler(self, *args, **kwargs):
-        return torch.utils.data.SequentialSampler(self.train_dataset)
-
-
-class InOrderRecipeTrainer(InOrder, RecipeTrainer):
-    pass
-
-
-class InOrderStockTrainer(InOrder, Trainer):
-    def __init__(self, *args, trainer_cfg, **kwargs):
-        super().__init__(*args, **kwargs)
-
-
-class Repeat(torch.utils.data.Dataset):
-    """``inner[i % period]``, long enough for a round of steps."""
-
-    def __init__(self, inner, period: int, length: int):
-        self.inner, self.period, self.length = inner, period, length
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int):
-        return self.inner[index % self.period]
-
-
-def trainer_round(
-    setup: Setup, trainer_cls: type, model, collator, dataset, bare: BareLoop, out_dir: Path, workers: int
-) -> list[tuple[float, float]]:
-    steps = 1 + WARMUP + STEPS  # the first step only starts the clock
-    trainer_cfg = replace(
-        setup.cfg.trainer,
-        max_steps=steps,
-        batch_size=BATCH,
-        save_steps=10**6,
-        logging_steps=10**6,
-        num_workers=workers,
-    )
-    args = training_arguments(trainer_cfg, out_dir)
-    args.disable_tqdm = True
-    paired = PairedBareSteps(bare)
-    trainer = trainer_cls(
-        model=model,
-        args=args,
-        trainer_cfg=trainer_cfg,
-        train_dataset=Repeat(dataset, BATCH, steps * BATCH),
-        data_collator=collator,
-        callbacks=[paired],
-    )
-    trainer.remove_callback(PrinterCallback)  # its end-of-training dict would clutter the table
-    trainer.train()
-    return paired.pairs()
 
 
 VARIANTS = {  # name: (label, Trainer class, collate per step, dataloader workers)
@@ -239,7 +126,7 @@ def main() -> None:
     tokens = int(batch["attention_mask"].sum())
     recipe_data = SampleDataset(setup.samples[:BATCH], setup.adapter)
     args = training_arguments(setup.cfg.trainer, out_dir)
-    bare = BareLoop(setup, batch, args.max_grad_norm, args.bf16)
+    bare = BareLoop(fresh_model(setup.cfg).to(DEVICE), batch, args)
     models = {name: fresh_model(setup.cfg) for name in VARIANTS}
     pairs: dict[str, list[tuple[float, float]]] = {name: [] for name in VARIANTS}
     for _ in range(ROUNDS):
@@ -247,8 +134,12 @@ def main() -> None:
             # Pre-collated: the dataset hands out placeholders, so nothing is read or rendered per step.
             collator = Collator(setup.adapter) if collate else (lambda _: dict(batch))
             data = recipe_data if collate else [None] * BATCH
-            model = models[name]
-            pairs[name] += trainer_round(setup, trainer_cls, model, collator, data, bare, out_dir, workers)
+            trainer_cfg = replace(
+                setup.cfg.trainer, max_steps=1 + WARMUP + STEPS, batch_size=BATCH, num_workers=workers
+            )
+            pairs[name] += paired_steps(
+                trainer_cls, trainer_cfg, out_dir, models[name], collator, data, bare, WARMUP
+            )
 
     rows = []
     for name, (label, *_) in VARIANTS.items():
