@@ -205,6 +205,23 @@ def make_logger(
     return BothLoggers(local, WandbLogger(run, owns_step=not shared, keep=str(local.path))) if run else local
 
 
+def logger_for_run(cfg, shared: bool = False) -> MetricLogger:
+    """:func:`make_logger` for a composed run config, training's or evaluation's: its ``logger``
+    settings, directory and name, and the whole config recorded with the W&B run."""
+    from omegaconf import OmegaConf
+
+    return make_logger(
+        cfg.logger.wandb,
+        cfg.logger.mode,
+        cfg.logger.project,
+        cfg.logger.entity,
+        cfg.run_dir,
+        cfg.run_name,
+        OmegaConf.to_container(OmegaConf.structured(cfg)),
+        shared=shared,
+    )
+
+
 def make_watcher_logger(
     enabled: bool, mode: str, project: str, entity: str | None, run_dir: str | Path, run_name: str
 ) -> MetricLogger:

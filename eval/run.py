@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from data_builders.build import build_synthetic
 from data_builders.media import FrameCache, MediaSpec
 from eval.evaluator import Evaluator
-from eval.metric_logging import make_logger
+from eval.metric_logging import logger_for_run
 from eval.results_cache import Weights
 from train.adapter import make_adapter
 from train.config import EvalRunConfig
@@ -32,15 +32,7 @@ def run(cfg: EvalRunConfig) -> dict:
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     cache = FrameCache(cfg.data.frame_cache)
-    logger = make_logger(
-        cfg.logger.wandb,
-        cfg.logger.mode,
-        cfg.logger.project,
-        cfg.logger.entity,
-        run_dir,
-        cfg.run_name,
-        OmegaConf.to_container(OmegaConf.structured(cfg)),
-    )
+    logger = logger_for_run(cfg)
     try:
         # Before the model loads, so a bad benchmark or judge setting fails fast.
         weights = Weights(cfg.model.name_or_path, Path(cfg.adapter) if cfg.adapter else None)

@@ -17,7 +17,7 @@ from data_builders.build import build_synthetic
 from data_builders.files import write_json_atomic, write_text_atomic
 from data_builders.media import FrameCache
 from eval.evaluator import Evaluator
-from eval.metric_logging import MetricLogger, NullLogger, make_logger
+from eval.metric_logging import MetricLogger, NullLogger, logger_for_run
 from train import distributed
 from train.adapter import make_adapter
 from train.callbacks import mark_training_done, training_callbacks
@@ -99,7 +99,7 @@ def run(cfg: TrainConfig) -> RunResult:
         write_text_atomic(run_dir / "resolved_config.yaml", OmegaConf.to_yaml(OmegaConf.structured(cfg)))
         write_deepspeed_config(ds_config, run_dir)
     cache = FrameCache(cfg.data.frame_cache)
-    logger = _logger(cfg, run_dir) if main else NullLogger()
+    logger = _logger(cfg) if main else NullLogger()
     try:
         build_if_tiny(cfg.model)  # before the arguments: building them starts the process group
         # Before the model: under ZeRO-3 the arguments register the DeepSpeed config with transformers (a
@@ -169,19 +169,10 @@ def _write_parameters(run_dir: Path, model: torch.nn.Module, cfg: TrainerConfig,
     write_json_atomic(run_dir / "parameters.json", record, indent=2)
 
 
-def _logger(cfg: TrainConfig, run_dir: Path) -> MetricLogger:
+def _logger(cfg: TrainConfig) -> MetricLogger:
     """The run's W&B logger (rank 0 only: one W&B run per training run, however many processes); shared
     with the evaluation watcher in async mode."""
-    return make_logger(
-        cfg.logger.wandb,
-        cfg.logger.mode,
-        cfg.logger.project,
-        cfg.logger.entity,
-        run_dir,
-        cfg.run_name,
-        OmegaConf.to_container(OmegaConf.structured(cfg)),
-        shared=cfg.eval.mode is not EvalMode.inline,
-    )
+    return logger_for_run(cfg, shared=cfg.eval.mode is not EvalMode.inline)
 
 
 def _last_checkpoint(directory: Path) -> str | None:
