@@ -2,7 +2,7 @@
 
 Before training, every sample's video spans and images are decoded once into the frame cache
 (with a progress bar). A sample whose media cannot be decoded is quarantined: left out, counted by
-reason and listed in ``quarantine.json`` in the run directory, never dropped silently.
+reason and listed in ``quarantine_train.json`` in the run directory, never dropped silently.
 """
 
 from __future__ import annotations
