@@ -13,11 +13,11 @@ from dataclasses import replace
 import torch
 from common import median, print_table, quickstart_config, timed
 
+from core.metric_logging import NullLogger
 from data_builders.media import FrameCache
 from eval.evaluator import Evaluator
-from eval.metric_logging import NullLogger
-from train.adapter import make_adapter
-from train.models import load_model
+from models.chat import make_adapter
+from models.loading import load_model
 from train.recipe import resolve_data
 
 ITEMS = 32

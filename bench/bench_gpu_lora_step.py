@@ -25,11 +25,11 @@ import torch
 from common import BENCH_ROOT, median, print_table, quickstart_config
 from paired_steps import BareLoop, InOrderRecipeTrainer, paired_steps
 
+from core.config import PeftConfig, TrainerConfig
 from data_builders.media import FrameCache, MediaSpec
 from data_builders.sample import Part, Sample, Turn
 from data_builders.video_io import write_mp4
-from train.adapter import make_adapter
-from train.config import PeftConfig, TrainerConfig
+from models.chat import make_adapter
 from train.recipe import apply_peft
 
 
@@ -183,7 +183,7 @@ def main() -> None:
     device = torch.device("cpu" if args.cpu_smoke else "cuda")
     dtype = torch.float32 if args.cpu_smoke else torch.bfloat16
 
-    from train.models import load_model
+    from models.loading import load_model
 
     _, processor = load_model(quickstart_config().model)  # the tiny checkpoint's processor (Qwen tokens)
     batch = make_batch(size, processor, device, dtype)

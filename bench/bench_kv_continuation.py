@@ -24,8 +24,8 @@ from data_builders.ovi_format import ovi_row_to_sample
 from data_builders.sample import Sample
 from data_builders.video_io import write_mp4
 from eval.ovi_simulation import SimulationResult, simulate_interruption
-from train.adapter import QwenVLAdapter
-from train.models import load_model
+from models.chat import VideoChatAdapter
+from models.loading import load_model
 
 REPEATS = 7  # timed runs per implementation, alternating
 REACTION_TOKENS = 32
@@ -62,7 +62,7 @@ def ovi_item(root: Path) -> Sample:
     return ovi_row_to_sample(row, root)
 
 
-def measure(model, adapter: QwenVLAdapter, sample: Sample) -> list[str]:
+def measure(model, adapter: VideoChatAdapter, sample: Sample) -> list[str]:
     """The table row of one media setting: token counts, times, ratio, and whether the reactions agree."""
     runs: dict[bool, list[SimulationResult]] = {True: [], False: []}
     for kv in (True, False):  # warm-up: first-call allocations, frame cache
@@ -102,7 +102,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         sample = ovi_item(Path(tmp))
         for name, spec in SETTINGS.items():
-            adapter = QwenVLAdapter(processor, spec, FrameCache(Path(tmp) / "frames"))
+            adapter = VideoChatAdapter(processor, spec, FrameCache(Path(tmp) / "frames"))
             rows.append([name, *measure(model, adapter, sample)])
     print_table(
         f"OVI interruption simulation, tiny Qwen2.5-VL: key/value-cache continuation against a full re-run, "

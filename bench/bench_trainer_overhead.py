@@ -55,7 +55,7 @@ def qwen2_5_vl_7b_shape() -> torch.nn.Module:
     """Qwen2.5-VL-7B's published shape with the default LoRA (``peft=lora``), on the meta device."""
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    from train.config import PeftConfig
+    from core.config import PeftConfig
     from train.modes import apply_peft
 
     config = Qwen2_5_VLConfig(

@@ -27,10 +27,10 @@ import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from core.config import TrainConfig, register_configs  # noqa: E402
 from data_builders.media import FrameCache  # noqa: E402
 from data_builders.sample import Sample  # noqa: E402
-from train.adapter import VideoChatAdapter, make_adapter  # noqa: E402
-from train.config import TrainConfig, register_configs  # noqa: E402
+from models.chat import VideoChatAdapter, make_adapter  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_ROOT = Path(os.environ.get("BENCH_ROOT", REPO / "outputs" / "bench"))
@@ -67,8 +67,8 @@ class Setup:
 
 def training_setup(*overrides: str) -> Setup:
     """Build (once) and load the quickstart's data and tiny model; warm the frame cache."""
+    from models.loading import load_model
     from train.data import check_media, load_samples
-    from train.models import load_model
     from train.recipe import resolve_data
 
     cfg = quickstart_config(*overrides)
@@ -84,7 +84,7 @@ def fresh_model(cfg: TrainConfig) -> torch.nn.Module:
     """The tiny model wrapped with the recipe's LoRA, seeded as the recipe seeds it."""
     from transformers import set_seed
 
-    from train.models import load_model
+    from models.loading import load_model
     from train.recipe import apply_peft
 
     model, _ = load_model(cfg.model)

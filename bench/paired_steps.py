@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments, get_scheduler
 
-from train.config import TrainerConfig
+from core.config import TrainerConfig
 from train.recipe import training_arguments
 from train.trainer import RecipeTrainer
 

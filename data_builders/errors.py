@@ -35,3 +35,7 @@ class DecodeError(RuntimeError):
     def __init__(self, path: str, reason: str):
         self.path, self.reason = str(path), reason
         super().__init__(f"{path}: cannot decode video: {reason}")
+
+
+class ConfigError(SettingError):
+    """A configuration value is wrong or points at something missing; the message names the key."""

@@ -3,7 +3,7 @@
 Both tools read a conversation as ``messages`` (``role`` / ``content``) whose text holds one
 ``<video>`` / ``<image>`` placeholder per medium, in order, with the media paths in ``videos`` /
 ``images`` lists. The text of a turn is its parts joined with no separator, placeholders where the
-media are — the same order :mod:`train.adapter` renders for our own training, so the prompt a model
+media are — the same order :mod:`models.chat` renders for our own training, so the prompt a model
 sees is the same whichever tool trains it.
 
 - ``llamafactory``: ``<out>/<name>.json`` (a JSON list) and ``<out>/dataset_info.json`` with the

@@ -12,11 +12,14 @@ import os
 import re
 import secrets
 import shutil
+import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from filelock import FileLock
 
 from data_builders.errors import DataError
 
@@ -96,28 +99,60 @@ def write_jsonl_atomic(path: str | Path, rows: Iterable[dict[str, Any]]) -> None
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def appended_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    """The objects of an append-only JSONL file, skipping a line a kill cut short (it is redone)."""
-    path = Path(path)
-    if not path.exists():
-        return
-    for line in path.read_text().splitlines():
-        try:
-            yield json.loads(line)
-        except json.JSONDecodeError:
-            continue
+class JsonlStore:
+    """An append-only JSONL file of objects: per-item results, the shared results cache, judgements,
+    generated questions, logged metrics.
 
+    Each append is whole lines, flushed and synced. A kill can still cut the last line short: reading
+    skips it (its object is simply made again) and the next append ends it first, so what follows is
+    never glued onto the fragment and lost.
 
-def close_cut_line(path: str | Path) -> None:
-    """End an append-only file's last line if a kill cut it short, so the next append starts a line."""
-    path = Path(path)
-    if path.exists() and path.stat().st_size:
-        with path.open("rb") as file:
-            file.seek(-1, os.SEEK_END)
-            cut = file.read(1) != b"\n"
-        if cut:
-            with path.open("a") as file:
-                file.write("\n")
+    Args:
+        path: the file (created, with its directory, on the first append).
+        key: the field :meth:`read` keys objects by (the last line per key wins).
+        shared: other processes append too (a file lock around each append).
+    """
+
+    def __init__(self, path: str | Path, *, key: str = "id", shared: bool = False):
+        self.path = Path(path)
+        self.key = key
+        self.dropped = 0  # lines skipped by the last read: cut short by a kill, or not an object
+        self._file_lock = FileLock(f"{self.path}.lock") if shared else nullcontext()
+        self._thread_lock = threading.Lock()  # callers may append from a thread pool
+
+    def lines(self) -> Iterator[dict[str, Any]]:
+        """Every whole object in file order."""
+        self.dropped = 0
+        if not self.path.exists():
+            return
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                obj = None
+            if isinstance(obj, dict):
+                yield obj
+            elif line.strip():
+                self.dropped += 1
+
+    def read(self) -> dict[Any, dict[str, Any]]:
+        """The objects by ``key`` (those without it are skipped); the last line per key wins."""
+        return {obj[self.key]: obj for obj in self.lines() if self.key in obj}
+
+    def append(self, objects: Iterable[dict[str, Any]]) -> None:
+        """Append objects, one line each, after ending a line a kill cut short."""
+        data = "".join(json.dumps(obj, ensure_ascii=False) + "\n" for obj in objects).encode("utf-8")
+        if not data:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._thread_lock, self._file_lock, self.path.open("ab+") as out:
+            if out.seek(0, os.SEEK_END):
+                out.seek(-1, os.SEEK_END)
+                if out.read(1) != b"\n":
+                    out.write(b"\n")
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
 
 
 def read_json_object(path: str | Path, what: str) -> dict[str, Any]:

@@ -13,7 +13,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -21,11 +20,20 @@ import numpy as np
 from PIL import Image
 
 from data_builders import decode_worker
+from data_builders.choice import Choice
 from data_builders.errors import DecodeError
+from data_builders.files import atomic_path
 
 # Qwen-VL style models see frames as 14-px patches merged 2x2, so sides are multiples of 28.
 PATCH_GRID = 28
 SPEC_VERSION = 1
+
+
+class Decoder(Choice):
+    """The video reader."""
+
+    decord = "decord"  # the default: fastest here
+    pyav = "pyav"  # the fallback reader
 
 
 @dataclass
@@ -33,7 +41,7 @@ class MediaSpec:
     """How a video span becomes model frames.
 
     Attributes:
-        decoder: ``"decord"`` (default) or ``"pyav"`` (fallback reader).
+        decoder: the video reader.
         num_frames: frames sampled uniformly over a span; when ``None``, ``fps`` is used.
         fps: sampling rate in frames per second (bounded by ``max_frames``), used when ``num_frames`` is None.
         max_frames: upper bound on frames per span.
@@ -44,7 +52,7 @@ class MediaSpec:
             quarantined.
     """
 
-    decoder: str = "decord"
+    decoder: Decoder = Decoder.decord
     num_frames: int | None = 8
     fps: float | None = None
     max_frames: int = 64
@@ -54,8 +62,7 @@ class MediaSpec:
     timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if self.decoder not in ("decord", "pyav"):
-            raise ValueError(f"media.decoder must be 'decord' or 'pyav', got {self.decoder!r}")
+        self.decoder = Decoder(self.decoder)  # a spec built in code may name it as a string
         if self.num_frames is None and self.fps is None:
             raise ValueError("media: set num_frames or fps")
         if self.max_pixels < PATCH_GRID**2 or self.image_max_pixels < PATCH_GRID**2:
@@ -225,15 +232,12 @@ class FrameCache:
                     data["frames"], float(data["fps"]), data["indices"].tolist(), int(data["span_frames"])
                 )
         clip = decode_span(path, start, end, spec)
-        file.parent.mkdir(parents=True, exist_ok=True)
-        # Write then rename, so a killed run never leaves a half-written cache entry.
-        with tempfile.NamedTemporaryFile(dir=file.parent, suffix=".tmp", delete=False) as tmp:
+        with atomic_path(file) as tmp, tmp.open("wb") as out:  # a killed run leaves no half entry
             np.savez(
-                tmp,
+                out,
                 frames=clip.frames,
                 fps=clip.fps,
                 indices=np.asarray(clip.indices),
                 span_frames=clip.span_frames,
             )
-        os.replace(tmp.name, file)
         return clip

@@ -11,8 +11,9 @@ and what it removed, by id and with a reason, for ``stats.md`` and ``build_info.
    video or the frame; a question it gets right every round is answerable from the words alone
    and is dropped. Round ``r`` shows the options rotated by ``r`` places, so greedy decoding still
    asks two different questions and a model that always says "A" cannot pass. A reply with no
-   option letter counts as wrong. Backends: ``none``, ``local`` (a Hugging Face model directory,
-   causal LM or a VLM used text-only) and ``endpoint`` (OpenAI-compatible ``/chat/completions``).
+   option letter counts as wrong. ``builder.qc.blind`` is a text model (``backend``: ``none``,
+   ``local`` — a Hugging Face model directory, causal LM or a VLM used text-only — or ``endpoint`` —
+   an OpenAI-compatible ``/chat/completions`` server).
 3. ``shuffle`` — option order shuffled.
 4. ``letters`` — answer letters balanced (each row takes the least used letter it can; rows with
    fewer options go first), which puts every letter within 3 points of uniform whenever the mix
@@ -30,26 +31,27 @@ from typing import Any
 import numpy as np
 
 from data_builders.errors import SettingError
-from data_builders.text_client import EndpointTextModel, LocalTextModel, TextModel, TextModelError
+from data_builders.text_models import TextModel, TextModelConfig, TextModelError, make_text_model
 from data_builders.v2p_format import parse_options, render_question
 
-BLIND_BACKENDS = ("none", "local", "endpoint")
 _IDS_IN_STATS = 20  # removed ids listed in stats.md per step; build_info.json has them all
+
+
+@dataclass
+class BlindFilterConfig(TextModelConfig):
+    """The blind filter's text model (``backend: none``: no blind filter) and how it is asked
+    (``builder.qc.blind.*``; the keys of a text model, :mod:`data_builders.text_models`)."""
+
+    max_tokens: int = 16  # a letter, perhaps with a few words
+    rounds: int = 2  # a question answered right in every round is dropped
+    rotate_options: bool = True  # round r shows the options rotated by r places
 
 
 @dataclass
 class QcConfig:
     """Quality-control settings (``builder.qc.*`` on the command line)."""
 
-    blind: str = "none"  # none | local | endpoint
-    model: str | None = None  # local: model directory; endpoint: the served model name
-    base_url: str | None = None  # endpoint: e.g. http://localhost:8000/v1
-    api_key_env: str = "OPENAI_API_KEY"  # endpoint: variable holding the key; unset: no header
-    rounds: int = 2
-    temperature: float = 0.0  # 0: greedy
-    rotate_options: bool = True  # round r shows the options rotated by r places
-    max_retries: int = 3  # endpoint: retries after the first try (timeouts, 429, 5xx)
-    timeout_s: float = 60.0
+    blind: BlindFilterConfig = field(default_factory=BlindFilterConfig)
     option_length_ratio: float | None = 2.5  # None: no option-length rule
     option_length_floor: int = 8
     shuffle_options: bool = True
@@ -69,35 +71,6 @@ class QcStep:
         """The machine-readable record for ``build_info.json`` (all removed ids and reasons)."""
         removed = [{"id": i, "reason": r} for i, r in self.removed]
         return {"step": self.name, "kept": len(self.kept), "removed": removed, **self.info}
-
-
-# --- text-only models (in data_builders.text_client; imported here for the blind filter) -------
-
-
-def make_text_model(config: QcConfig) -> TextModel | None:
-    """The blind filter's model for ``config.blind``; ``None`` for ``"none"``.
-
-    Raises:
-        SettingError: an unknown backend, or a setting the backend needs is missing.
-    """
-    if config.blind not in BLIND_BACKENDS:
-        raise SettingError(f"qc.blind must be one of {BLIND_BACKENDS}, got {config.blind!r}")
-    if config.blind == "none":
-        return None
-    if not config.model:
-        raise SettingError(f"qc.blind={config.blind} needs qc.model (a model directory or served name)")
-    if config.blind == "local":
-        return LocalTextModel(config.model, temperature=config.temperature)
-    if not config.base_url:
-        raise SettingError("qc.blind=endpoint needs qc.base_url, e.g. http://localhost:8000/v1")
-    return EndpointTextModel(
-        config.base_url,
-        config.model,
-        api_key_env=config.api_key_env,
-        temperature=config.temperature,
-        timeout_s=config.timeout_s,
-        max_retries=config.max_retries,
-    )
 
 
 # --- the steps --------------------------------------------------------------------------------
@@ -251,9 +224,10 @@ def run_qc(
         The kept rows (options shuffled and letters balanced as configured) and each step's record.
     """
     if model is None:
-        model = make_text_model(config)
+        model = make_text_model(config.blind, "builder.qc.blind")
     steps = [option_length_filter(rows, config.option_length_ratio, config.option_length_floor)]
-    steps.append(blind_filter(steps[-1].kept, model, rounds=config.rounds, rotate=config.rotate_options))
+    blind = config.blind
+    steps.append(blind_filter(steps[-1].kept, model, rounds=blind.rounds, rotate=blind.rotate_options))
     kept = steps[-1].kept
     if config.shuffle_options:
         steps.append(shuffle_options(kept, rng))

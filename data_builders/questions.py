@@ -3,19 +3,19 @@
 :class:`QuestionGenerator` turns one caption segment of a video into the questions asked at its end,
 each a :class:`QA` whose answer is grounded in the segment. Backends (``builder.questions.backend``):
 
-* ``template`` (default) — no model: a time-window question per distinct segment ("What happens in
+* ``none`` (default) — template questions, no model: a time-window question per distinct segment ("What happens in
   the video between 2.0 s and 8.0 s?", answered by its captions) and "Describe what the X does." per
   object of a closed colour/shape vocabulary, described by its longest caption.
 * ``endpoint`` — an OpenAI-compatible ``/chat/completions`` server (vLLM, SGLang, hosted APIs). The
   prompt gives the segment's times and captions and, unless ``frames`` is 0, that many frames of the
   segment as base64 JPEG ``image_url`` parts; the model replies ``{"question": ..., "answer": ...}``.
-* ``hf`` — a local Hugging Face model, text only: it sees the captions and times, not the frames.
+* ``local`` — a local Hugging Face model, text only: it sees the captions and times, not the frames.
 
 Every backend asks a caption's own question (MovieChat's breakpoint QA) as the source wrote it.
 
 Model replies are parsed (the first JSON object in the reply) and validated; an invalid reply is
 asked again, up to ``attempts`` tries, each time saying what was wrong. Replies are cached in a JSONL
-file, one line per segment appended and flushed as soon as it is made, keyed by the sha1 of (backend
+file (:class:`~data_builders.files.JsonlStore`), one line per segment appended as soon as it is made, keyed by the sha1 of (backend
 identity, :data:`PROMPT_VERSION`, video id, segment, caption text): a rerun after a crash asks only
 for what is missing, and a cut last line is dropped and asked again. A segment whose replies stayed
 invalid is cached as failed (a rerun does not ask again unless ``retry_failed``) and quarantined with
@@ -23,7 +23,7 @@ the reason; a segment lost to an error (HTTP 5xx after retries, no connection, u
 quarantined but not cached, so a rerun tries it again. Three such errors before any reply stop the
 build: the model is unreachable or misconfigured.
 
-With ``workers`` > 1 (endpoint backend), every segment a build needs is asked for first, that many
+With ``endpoint.workers`` > 1, every segment a build needs is asked for first, that many
 requests in flight at once (:meth:`ModelQuestions.prefetch`); the build then reads the cache in its
 usual order, so the output does not depend on the number of workers or on which reply came first.
 """
@@ -34,22 +34,28 @@ import base64
 import hashlib
 import io
 import json
-import os
 import re
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from data_builders.errors import DecodeError, SettingError
+from data_builders.files import JsonlStore
 from data_builders.sources.captions import Caption, CaptionedVideo
-from data_builders.text_client import EndpointTextModel, LocalTextModel, TextModel, TextModelError
+from data_builders.text_models import (
+    EndpointConfig,
+    TextBackend,
+    TextModel,
+    TextModelConfig,
+    TextModelError,
+    make_text_model,
+)
 
-BACKENDS = ("template", "endpoint", "hf")
 # Part of every cache key: bump it when the prompt or the reply checks change.
 PROMPT_VERSION = 1
 MAX_ANSWER_WORDS = 80
@@ -63,24 +69,16 @@ _KIND_ORDER = {"source": 0, "window": 1, "generated": 1, "object": 2}
 
 
 @dataclass
-class QuestionConfig:
-    """Question-generation settings (``builder.questions.*`` on the command line)."""
+class QuestionConfig(TextModelConfig):
+    """Question generation (``builder.questions.*``): the keys of a text model
+    (:mod:`data_builders.text_models`; ``backend: none`` asks template questions, no model) and these."""
 
-    backend: str = "template"  # template | endpoint | hf
-    model: str | None = None  # endpoint: the served model name; hf: a model directory or hub id
-    base_url: str | None = None  # endpoint: e.g. http://localhost:8000/v1
+    endpoint: EndpointConfig = field(default_factory=lambda: EndpointConfig(timeout_s=120.0))
     cache: str | None = None  # JSONL cache; None: <out>/question_cache.jsonl (model backends only)
     frames: int = 4  # endpoint: frames of the segment sent as images; 0: captions only (text models)
     frame_max_pixels: int = 448 * 448  # pixel budget per frame sent
-    temperature: float = 0.0  # 0: greedy
-    max_tokens: int = 256
     attempts: int = 3  # tries per segment while the reply is not a valid JSON question/answer
     retry_failed: bool = False  # ask again for segments cached as failed
-    api_key_env: str = "OPENAI_API_KEY"  # endpoint: variable holding the key; unset: no header
-    max_retries: int = 3  # endpoint: transport retries per request (timeouts, 429, 5xx)
-    backoff_s: float = 1.0  # endpoint: first transport retry waits this long, doubling
-    timeout_s: float = 120.0
-    workers: int = 1  # endpoint: segments asked for at once (a vLLM/SGLang server batches them)
 
 
 @dataclass(frozen=True)
@@ -333,53 +331,12 @@ def parse_reply(reply: str) -> tuple[dict[str, str] | None, str]:
     return {"question": " ".join(question.split()), "answer": " ".join(answer.split())}, ""
 
 
-class QuestionCache:
-    """Generated questions by key, in a JSONL file appended one flushed line per segment.
-
-    Loading drops a cut last line (from a crash mid-write) from the file, so appends stay whole lines.
-    """
-
-    def __init__(self, path: str | Path | None):
-        self.path = Path(path) if path else None
-        self.records: dict[str, dict[str, Any]] = {}
-        self.dropped = 0  # unreadable lines ignored (a cut last line among them)
-        if self.path and self.path.exists():
-            self._load()
-
-    def _load(self) -> None:
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            data = data[: data.rfind(b"\n") + 1]
-            os.truncate(self.path, len(data))
-            self.dropped += 1
-        for line in data.splitlines():
-            try:
-                record = json.loads(line)
-                self.records[record["key"]] = record
-            except (ValueError, KeyError, TypeError):
-                self.dropped += 1
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        return self.records.get(key)
-
-    def add(self, record: dict[str, Any]) -> None:
-        """Keep ``record`` (which has a ``key``) and append it to the file at once."""
-        self.records[record["key"]] = record
-        if self.path is None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-
-
 class ModelQuestions:
     """One generated question per segment from a text model (endpoint or local), cached.
 
     Args:
-        model: answers prompts (:class:`~data_builders.text_client.TextModel`); with ``frames`` > 0
-            it must also have ``chat`` (:class:`~data_builders.text_client.EndpointTextModel`).
+        model: answers prompts (:class:`~data_builders.text_models.TextModel`); with ``frames`` > 0
+            it must also have ``chat`` (:class:`~data_builders.text_models.EndpointTextModel`).
         frames: frames of the segment sent as JPEG images; 0: captions only.
         cache: where generated questions are kept (``None``: in memory only).
         attempts: tries while the reply is invalid.
@@ -407,7 +364,9 @@ class ModelQuestions:
         self.model, self.frames, self.attempts = model, frames, attempts
         self.retry_failed, self.frame_max_pixels, self.workers = retry_failed, frame_max_pixels, workers
         self.identity = f"{model.identity}|frames={frames}"
-        self.cache = QuestionCache(cache)
+        self.cache_path = Path(cache) if cache else None
+        self._store = JsonlStore(cache, key="key") if cache else None
+        self.cache: dict[str, dict[str, Any]] = self._store.read() if self._store else {}
         self.counts: Counter[str] = Counter()
         # Set by prefetch: keys asked in this process (not "from cache" when read back) and segments lost
         # to an error there (quarantined without asking twice).
@@ -449,10 +408,10 @@ class ModelQuestions:
         return {
             "backend": self.identity,
             "prompt_version": PROMPT_VERSION,
-            "cache": str(self.cache.path) if self.cache.path else None,
+            "cache": str(self.cache_path) if self.cache_path else None,
             **counts,
             "errors": self.counts["errors"],
-            "cache_lines_dropped": self.cache.dropped,
+            "cache_lines_dropped": self._store.dropped if self._store else 0,
         }
 
     def prefetch(self, jobs: Iterable[tuple[CaptionedVideo, QuestionContext]]) -> None:
@@ -528,7 +487,9 @@ class ModelQuestions:
         with self._lock:
             self.counts["replies"] += 1
             self.counts["generated"] += bool(parsed)
-            self.cache.add(record)
+            self.cache[key] = record
+            if self._store:
+                self._store.append([record])
         return record
 
     def _count(self, name: str) -> None:
@@ -588,43 +549,23 @@ def make_question_generator(
     *,
     sleep: Callable[[float], None] = time.sleep,
 ) -> QuestionGenerator:
-    """The generator ``config.backend`` names; the cache defaults to ``<out_dir>/question_cache.jsonl``.
+    """The generator ``config`` names; the cache defaults to ``<out_dir>/question_cache.jsonl``.
 
     Raises:
-        SettingError: an unknown backend, or a setting the backend needs is missing.
+        SettingError: a setting the backend needs is missing or malformed.
     """
     config = config or QuestionConfig()
-    if config.backend not in BACKENDS:
-        raise SettingError(f"questions.backend must be one of {BACKENDS}, got {config.backend!r}")
-    if config.backend == "template":
+    model = make_text_model(config, "builder.questions", sleep=sleep)
+    if model is None:
         return TemplateQuestions()
-    if not config.model:
-        raise SettingError(f"questions.backend={config.backend} needs questions.model")
     cache = config.cache or (Path(out_dir) / "question_cache.jsonl" if out_dir else None)
-    common = {"cache": cache, "attempts": config.attempts, "retry_failed": config.retry_failed}
-    if config.backend == "hf":  # text only: the local model sees the captions, not the frames
-        model = LocalTextModel(config.model, temperature=config.temperature, max_new_tokens=config.max_tokens)
-        return ModelQuestions(model, frames=0, **common)
-    if not config.base_url:
-        raise SettingError(
-            "questions.backend=endpoint needs questions.base_url, e.g. http://localhost:8000/v1"
-        )
-    model = EndpointTextModel(
-        config.base_url,
-        config.model,
-        api_key_env=config.api_key_env,
-        temperature=config.temperature,
-        max_tokens=config.max_tokens,
-        timeout_s=config.timeout_s,
-        max_retries=config.max_retries,
-        backoff_s=config.backoff_s,
-        sleep=sleep,
-        setting="questions.base_url",
-    )
+    local = config.backend is TextBackend.local  # text only: a local model sees the captions, not the frames
     return ModelQuestions(
         model,
-        frames=config.frames,
+        frames=0 if local else config.frames,
         frame_max_pixels=config.frame_max_pixels,
-        workers=config.workers,
-        **common,
+        workers=1 if local else config.endpoint.workers,
+        cache=cache,
+        attempts=config.attempts,
+        retry_failed=config.retry_failed,
     )

@@ -3,7 +3,7 @@
 A sample is a conversation over one video: a time-ordered list of turns. User turns carry
 content parts (video spans, images such as a visual-prompt frame, text); assistant turns carry
 text and a flag saying whether they are trained on. Dataset-specific code produces this shape;
-the model-family adapter in ``train.adapter`` turns it into processor inputs, label masks and
+the model-family adapter in ``models.chat`` turns it into processor inputs, label masks and
 generation prompts, so the prompt a model is trained on is the prompt it is scored on.
 
 Stored rows (HF datasets and JSONL) keep ``messages`` as a JSON string: Arrow needs one fixed

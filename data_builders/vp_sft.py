@@ -44,8 +44,9 @@ from tqdm import tqdm
 
 from data_builders.errors import DataError, DecodeError, SettingError
 from data_builders.files import atomic_path, crosstab_markdown, link_or_copy, save_samples, write_reports
-from data_builders.qc import QcConfig, QcStep, TextModel, make_text_model, qc_markdown, run_qc
+from data_builders.qc import QcConfig, QcStep, qc_markdown, run_qc
 from data_builders.sources.tracks import TRACK_FORMATS, frames_visible, load_generic_track, read_tracks
+from data_builders.text_models import TextModel, make_text_model
 from data_builders.v2p_format import DIMENSIONS, load_v2p_release, render_question, write_v2p_release
 from data_builders.visual_prompts import (
     PROMPT_COLOURS,
@@ -452,7 +453,7 @@ def build_vp_sft(
     """
     draw, qc = draw or DrawSettings(), qc or QcConfig()
     _check_settings(shapes, kinds, draw, questions_per_video, source_format)
-    text_model = text_model or make_text_model(qc)  # a bad QC setting fails here, before any work
+    text_model = text_model or make_text_model(qc.blind, "builder.qc.blind")  # a bad setting fails here
     world_root, out_dir = Path(world_root), Path(out_dir)
     tracks, quarantined = read_tracks(
         source_format, world_root, out_dir / "source_videos", **(source_options or {})

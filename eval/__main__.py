@@ -15,8 +15,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from core.config import EvalRunConfig, register_configs
 from data_builders.cli import run_cli
-from train.config import EvalRunConfig, register_configs
 
 register_configs()
 

@@ -20,10 +20,10 @@ import json
 import sys
 from pathlib import Path
 
+from core.metric_logging import MetricLogger, NullLogger, make_logger
 from data_builders.cli import run_cli
 from data_builders.errors import DataError
 from eval.evaluator import read_results
-from eval.metric_logging import MetricLogger, NullLogger, make_logger
 from eval.report import write_report
 from eval.summary import build_summary
 

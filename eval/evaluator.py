@@ -40,6 +40,10 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from core import distributed
+from core.config import EvalConfig, JudgeConfig
+from core.metric_logging import MetricLogger
+from data_builders.errors import ConfigError
 from data_builders.files import appended_jsonl, close_cut_line, write_text_atomic
 from data_builders.media import FrameCache, MediaSpec
 from data_builders.ovi_format import load_ovibench
@@ -47,18 +51,14 @@ from data_builders.sample import Sample
 from data_builders.v2p_format import load_v2p_release
 from eval.diagnostics import build_diagnostics, check_names, text_vs_visual
 from eval.judge import UNJUDGED, HFJudge, Judge, OpenAICompatibleJudge
-from eval.metric_logging import MetricLogger
 from eval.ovi_simulation import DEFAULT_TOKENS_PER_SECOND, simulate_interruption
 from eval.report import write_report
 from eval.results_cache import ResultsCache, Weights
 from eval.rubrics import APPLIES_TO, METRICS, RUBRIC_VERSION, get_metric, metrics_for
 from eval.scoring import category_keys, score_ovi, score_v2p
 from eval.summary import build_summary
-from train import distributed
-from train.adapter import QwenVLAdapter
-from train.config import EvalConfig, JudgeConfig
+from models.chat import VideoChatAdapter
 from train.data import check_media, quarantine_counts, write_quarantine
-from train.errors import ConfigError
 
 SCORERS: dict[str, Callable[[dict], dict]] = {"v2p": score_v2p, "ovi": score_ovi}
 OVI_PROTOCOLS = ("teacher_forced", "simulated")
@@ -214,7 +214,7 @@ class Evaluator:
 
     @torch.no_grad()
     def generate(
-        self, model, adapter: QwenVLAdapter, samples: list[Sample], max_new_tokens: int | None = None
+        self, model, adapter: VideoChatAdapter, samples: list[Sample], max_new_tokens: int | None = None
     ) -> list[str]:
         """Greedy answers for a batch of samples (``max_new_tokens`` defaults to ``cfg.max_new_tokens``)."""
         batch = adapter.batch([adapter.render(s, for_generation=True) for s in samples], padding_side="left")
@@ -230,7 +230,7 @@ class Evaluator:
         return self.cfg.max_new_tokens
 
     def run_benchmark(
-        self, model, adapter: QwenVLAdapter, model_name: str, name: str, key: str | None = None
+        self, model, adapter: VideoChatAdapter, model_name: str, name: str, key: str | None = None
     ) -> list[dict]:
         """Scored per-sample records of one model on one benchmark (resuming from disk).
 
@@ -315,14 +315,16 @@ class Evaluator:
         open_ovi = sample.task == "ovi" and sample.meta.get("format") == "open"
         return "simulated" if open_ovi and self.cfg.ovi_protocol == "simulated" else "teacher_forced"
 
-    def _predict(self, model, adapter: QwenVLAdapter, chunk: list[Sample], length: int) -> list[dict]:
+    def _predict(self, model, adapter: VideoChatAdapter, chunk: list[Sample], length: int) -> list[dict]:
         """Scored records of one batch (all of one protocol, see ``_groups``)."""
         if self.protocol(chunk[0]) == "simulated":
             return [self._simulated_record(model, adapter, sample, length) for sample in chunk]
         predictions = self.generate(model, adapter, chunk, max_new_tokens=length)
         return [self._record(s, p) for s, p in zip(chunk, predictions, strict=True)]
 
-    def _simulated_record(self, model, adapter: QwenVLAdapter, sample: Sample, length: int) -> dict[str, Any]:
+    def _simulated_record(
+        self, model, adapter: VideoChatAdapter, sample: Sample, length: int
+    ) -> dict[str, Any]:
         """The record of an open-ended OVI item under the offline interruption simulation."""
         result = simulate_interruption(model, adapter, sample, max_new_tokens=length)
         record = self._record(sample, result.reaction)
@@ -426,7 +428,7 @@ class Evaluator:
                 futures.append(pool.submit(self.judge_record, records[index + ahead]))
             yield futures[index].result()
 
-    def evaluate(self, model, adapter: QwenVLAdapter, model_name: str, step: int) -> dict:
+    def evaluate(self, model, adapter: VideoChatAdapter, model_name: str, step: int) -> dict:
         """Evaluate one model on every benchmark, then refresh summary, report and W&B.
 
         Every rank of a multi-process run must call this (each generates its shard); rank 0 alone

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from data_builders.text_client import EndpointTextModel, TextModelError
+from data_builders.text_models import EndpointTextModel, TextModelError
 from eval.rubrics import (
     BINARY,
     METRICS,
@@ -134,7 +134,7 @@ def _clamp(value: float, scale: Scale) -> float:
 class OpenAICompatibleJudge:
     """A judge behind an OpenAI-compatible ``/chat/completions`` endpoint (vLLM, SGLang, hosted APIs).
 
-    A thin wrapper over the project's one HTTP client (``data_builders.text_client``). Timeouts,
+    A thin wrapper over the project's one HTTP client (``data_builders.text_models``). Timeouts,
     connection errors and HTTP 429/5xx are retried up to ``max_retries`` times (so ``1 + max_retries``
     tries in all) with exponential backoff ``backoff_s * 2**k``; other HTTP errors (400, 401, 404 …) are
     not retried.

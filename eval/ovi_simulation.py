@@ -18,7 +18,7 @@ round trip may split it differently), so the two differ only in what they comput
 
 Positions are passed explicitly on every forward. In Qwen2.5-VL's multimodal RoPE a video's tokens get
 (temporal, height, width) ids starting from the current text position, and text after a video continues
-from the video's largest id + 1 (:mod:`train.rope`), not from the token count; so the ids of the appended
+from the video's largest id + 1 (:mod:`models.rope`), not from the token count; so the ids of the appended
 video, and of every token after it, depend on the whole conversation. Left alone, the model derives ids
 during a cached continuation from ``rope_deltas``, state stored on the model by whichever call came
 before. Here they come from the model's own ``get_rope_index`` over the whole conversation (integer work on
@@ -28,7 +28,7 @@ ids by construction, and the ids are those the same tokens get in a teacher-forc
 The tests show that ids merely counted on from the cache change the output.
 
 Decoded tokens take the last position + 1, as ``generate`` does. With the released Qwen-VL positions
-(:mod:`train.rope`, applied by ``load_model``) the text after any video starts past the video's largest
+(:mod:`models.rope`, applied by ``load_model``) the text after any video starts past the video's largest
 id, so the last position of a prompt is also its largest. The second span's temporal ids start from the
 text position, not from t_q: that is how Qwen2.5-VL places any later video.
 
@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from data_builders.sample import Part, Sample, Turn
-from train.adapter import QwenVLAdapter, Rendered
+from models.chat import Rendered, VideoChatAdapter
 
 DEFAULT_TOKENS_PER_SECOND = 3.0  # speech rate after t_q: roughly 2-3 words/s of spoken English
 # Keys of a processor batch that are per-token (concatenated along the sequence); the rest (pixel values,
@@ -162,7 +162,7 @@ def interruption_cut(
     return max(0, math.floor(spoken + _EPS))
 
 
-def prepare_inputs(adapter: QwenVLAdapter, sample: Sample) -> SimulationInputs:
+def prepare_inputs(adapter: VideoChatAdapter, sample: Sample) -> SimulationInputs:
     """Render and process the prompt of step (a) and the appended turn of step (c).
 
     The adapter renders the conversation with an empty answer; the text before the answer is the prefix
@@ -198,7 +198,7 @@ def prepare_inputs(adapter: QwenVLAdapter, sample: Sample) -> SimulationInputs:
 @torch.inference_mode()
 def simulate_interruption(
     model,
-    adapter: QwenVLAdapter,
+    adapter: VideoChatAdapter,
     sample: Sample,
     *,
     cut_tokens: int | None = None,
@@ -276,7 +276,7 @@ def simulate_interruption(
 class _GreedyDecoder:
     """Greedy decoding with explicit positions and one key/value cache (batch of one)."""
 
-    def __init__(self, model, adapter: QwenVLAdapter):
+    def __init__(self, model, adapter: VideoChatAdapter):
         self.model = model
         self.device = model.device
         self.cache = None
@@ -343,7 +343,7 @@ class _GreedyDecoder:
         return out.logits[:, -1]
 
 
-def _stop_ids(model, adapter: QwenVLAdapter) -> set[int]:
+def _stop_ids(model, adapter: VideoChatAdapter) -> set[int]:
     """Where greedy decoding stops: the generation config's end tokens and the tokenizer's (end of turn)."""
     ids = model.generation_config.eos_token_id
     ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
@@ -396,5 +396,5 @@ def _slice_positions(positions: torch.Tensor, start: int) -> torch.Tensor:
     return positions[..., start:]
 
 
-def _decode(adapter: QwenVLAdapter, ids: list[int]) -> str:
+def _decode(adapter: VideoChatAdapter, ids: list[int]) -> str:
     return adapter.decode_generated(torch.tensor([ids], dtype=torch.long), 0)[0]

@@ -7,14 +7,14 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from core.config import EvalRunConfig
+from core.metric_logging import logger_for_run
 from data_builders.build import build_synthetic
 from data_builders.media import FrameCache, MediaSpec
 from eval.evaluator import Evaluator
-from eval.metric_logging import logger_for_run
 from eval.results_cache import Weights
-from train.adapter import make_adapter
-from train.config import EvalRunConfig
-from train.models import load_model
+from models.chat import make_adapter
+from models.loading import load_model
 
 
 def run(cfg: EvalRunConfig) -> dict:

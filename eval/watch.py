@@ -27,17 +27,16 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from core.config import EvalMode, ModelConfig, PeftMethod, TrainConfig
+from core.metric_logging import make_watcher_logger
 from data_builders.cli import run_cli
-from data_builders.errors import DataError
+from data_builders.errors import ConfigError, DataError
 from data_builders.media import FrameCache
 from eval.evaluator import Evaluator
 from eval.headline import headline
-from eval.metric_logging import make_watcher_logger
 from eval.results_cache import run_weights
 from train.callbacks import training_done
-from train.config import EvalMode, ModelConfig, PeftMethod, TrainConfig
 from train.data import quarantine_counts
-from train.errors import ConfigError
 from train.recipe import _is_complete
 
 RESOLVED_CONFIG = "resolved_config.yaml"
@@ -117,7 +116,7 @@ class CheckpointModels:
     def load(self, checkpoint: Path):
         if (checkpoint / "adapter_config.json").exists():
             return self._swap_adapter(checkpoint)
-        from train.models import load_model
+        from models.loading import load_model
 
         self.full = None  # free the previous checkpoint's weights before loading the next
         self.full, _ = load_model(replace(self.model_cfg, name_or_path=str(checkpoint), tiny=False))
@@ -142,14 +141,14 @@ class CheckpointModels:
 
 def load_base(cfg: TrainConfig, device: str):
     """``(model, processor)`` of the base checkpoint, loaded as the training loaded it, on ``device``."""
-    from train.models import load_model
+    from models.loading import load_model
 
     if cfg.peft.method is not PeftMethod.qlora:
         model, processor = load_model(cfg.model)
         return model.to(device), processor
     import torch
 
-    from train.qlora import quantization_config
+    from models.qlora import quantization_config
 
     if not device.startswith("cuda"):
         raise ConfigError(f"--device {device}: a QLoRA run's 4-bit base needs a CUDA device")
@@ -168,7 +167,7 @@ def watch(
     Raises:
         WatchTimeout: ``timeout_s`` passed first.
     """
-    from train.adapter import make_adapter
+    from models.chat import make_adapter
 
     run_dir = Path(run_dir)
     device = device or _default_device()

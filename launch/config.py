@@ -18,7 +18,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-import train.config
+import core.config
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -105,7 +105,7 @@ def compose_launch(args: list[str], now: datetime | None = None) -> Launch:
     """
     launcher_args, train_args = _split(args)
     register_configs()
-    train.config.register_configs()
+    core.config.register_configs()
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR), job_name="launch"):
         launcher = _to_launcher(compose("launch", overrides=launcher_args).launcher)
         cfg = compose("train", overrides=train_args)

@@ -12,7 +12,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory):
-    from train.tiny_model import build_tiny_checkpoint
+    from models.tiny import build_tiny_checkpoint
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("models") / "tiny-qwen2.5-vl")
 

@@ -9,7 +9,7 @@ from PIL import Image
 from data_builders.media import FrameCache, MediaSpec
 from data_builders.sample import Part, Sample, Turn
 from data_builders.video_io import write_mp4
-from train.adapter import IGNORE_INDEX, QwenVLAdapter
+from models.chat import IGNORE_INDEX, VideoChatAdapter
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def adapter(tiny_checkpoint, tmp_path_factory):
     from transformers import AutoProcessor
 
     processor = AutoProcessor.from_pretrained(tiny_checkpoint)
-    return QwenVLAdapter(processor, MediaSpec(num_frames=4), FrameCache(tmp_path_factory.mktemp("cache")))
+    return VideoChatAdapter(processor, MediaSpec(num_frames=4), FrameCache(tmp_path_factory.mktemp("cache")))
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from train.config import EvalRunConfig, PeftMethod, Tower, TrainConfig, register_configs
+from core.config import EvalRunConfig, PeftMethod, Tower, TrainConfig, register_configs
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "exp").glob("*.yaml"))
@@ -75,8 +75,8 @@ def test_eval_config_composes():
 
 @pytest.mark.parametrize("name", ["Qwen/Qwen2.5-VL-7B-Instruct", "/nonexistent/checkpoint"])
 def test_missing_checkpoint_is_one_clear_error(name, monkeypatch):
-    from train.config import ModelConfig
-    from train.models import CheckpointNotFound, load_model
+    from core.config import ModelConfig
+    from models.loading import CheckpointNotFound, load_model
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(CheckpointNotFound, match="model.name_or_path=.*Download it first"):

@@ -21,9 +21,9 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from train.config import EvalConfig, TrainerConfig, register_configs
+from core.config import EvalConfig, TrainerConfig, register_configs
+from data_builders.errors import ConfigError
 from train.deepspeed import deepspeed_config
-from train.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -62,8 +62,8 @@ def test_no_zero_means_no_deepspeed_and_bad_settings_fail():
 
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_shards_cover_every_item_once_in_equal_rounds(monkeypatch, world):
+    from core import distributed
     from eval import evaluator as ev
-    from train import distributed
 
     evaluator = ev.Evaluator.__new__(ev.Evaluator)
     evaluator.cfg = EvalConfig(batch_size=2)
@@ -129,7 +129,7 @@ def _check_run(output_root: Path, run_name: str, stage: int) -> Path:
         assert entry["baseline"] is not None and "checkpoint-2" in entry["checkpoints"]
     _check_each_item_once(run_dir)
     assert len(list(run_dir.glob("wandb/offline-run-*"))) == 1, "one W&B run, from rank 0"
-    # The Trainer sees both ranks (train.distributed.share_cpu_process_group): each saved its own RNG state
+    # The Trainer sees both ranks (core.distributed.share_cpu_process_group): each saved its own RNG state
     # and the ranks trained on different batches (an epoch goes twice as fast as on one rank).
     checkpoint = run_dir / "checkpoints" / "checkpoint-2"
     assert sorted(p.name for p in checkpoint.glob("rng_state*.pth")) == ["rng_state_0.pth", "rng_state_1.pth"]
@@ -143,8 +143,8 @@ def _check_tower_learning_rates(output_root: Path, checkpoint: Path) -> None:
     """The saved modules: the merger (lr_projector=0) as in the base checkpoint, lm_head (lr) changed."""
     from safetensors.torch import load_file
 
-    from train.config import ModelConfig
-    from train.models import load_model
+    from core.config import ModelConfig
+    from models.loading import load_model
 
     model, _ = load_model(ModelConfig(name_or_path=str(output_root / "models" / "tiny-qwen2.5-vl")))
     base = dict(model.named_parameters())

@@ -168,10 +168,10 @@ def test_refusal_rate_and_hack_ratio_by_duration_bucket_by_hand():
     [(["v2p"], ["blind", "shufled"], "unknown diagnostics"), (["ovi"], ["blind"], "add v2p")],
 )
 def test_bad_diagnostics_settings_fail_before_anything_loads(benchmarks, diagnostics, message, tmp_path):
+    from core.config import EvalConfig
+    from data_builders.errors import ConfigError
     from data_builders.media import FrameCache, MediaSpec
     from eval.evaluator import Evaluator
-    from train.config import EvalConfig
-    from train.errors import ConfigError
 
     cfg = EvalConfig(benchmarks=benchmarks, diagnostics=diagnostics)
     with pytest.raises(ConfigError, match=message):

@@ -24,8 +24,8 @@ def base_and_adapters(synthetic_build, tiny_checkpoint, tmp_path_factory):
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from train.config import EvalConfig, ModelConfig
-    from train.models import load_model
+    from core.config import EvalConfig, ModelConfig
+    from models.loading import load_model
 
     adapters = tmp_path_factory.mktemp("adapters")
     for seed in (0, 1):
@@ -58,12 +58,12 @@ def _evaluate(cfg, run_dir: Path, weights: Weights, media=None, kill_after: int 
     """
     from peft import PeftModel
 
+    from core.config import ModelConfig
+    from core.metric_logging import NullLogger
     from data_builders.media import FrameCache, MediaSpec
     from eval.evaluator import Evaluator
-    from eval.metric_logging import NullLogger
-    from train.adapter import make_adapter
-    from train.config import ModelConfig
-    from train.models import load_model
+    from models.chat import make_adapter
+    from models.loading import load_model
 
     media = media or MediaSpec()
     model, processor = load_model(ModelConfig(name_or_path=weights.base))

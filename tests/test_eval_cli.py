@@ -12,7 +12,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from train.config import register_configs
+from core.config import register_configs
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 REPO = CONF.parent

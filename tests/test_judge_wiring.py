@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from fake_openai import ChatServer, completion, error_body
 
+from core.config import JudgeConfig
+from data_builders.errors import ConfigError
 from data_builders.ovi_format import load_ovibench, ovi_row_to_sample
 from eval.evaluator import NO_JUDGE, make_judge
 from eval.judge import item_from_record
@@ -18,8 +20,6 @@ from eval.radar import RADAR_FILE, radar_panels, write_radar
 from eval.report import render_report
 from eval.rubrics import BINARY, METRICS, metrics_for
 from eval.summary import build_summary
-from train.config import JudgeConfig
-from train.errors import ConfigError
 
 KEY_ENV, KEY = "TEST_WIRING_JUDGE_KEY", "sk-wiring-secret-456"
 FAILING_METRIC = "ves"  # the server answers HTTP 500 to every VES prompt
@@ -103,10 +103,10 @@ def test_make_judge_from_config(tmp_path):
 
 
 def test_a_dead_judge_is_given_up_on_and_its_items_stay_unjudged(tmp_path, monkeypatch):
+    from core.config import EvalConfig
+    from core.metric_logging import NullLogger
     from data_builders.media import FrameCache, MediaSpec
     from eval.evaluator import _GIVE_UP_AFTER, Evaluator
-    from eval.metric_logging import NullLogger
-    from train.config import EvalConfig
 
     for name in ("NO_PROXY", "no_proxy"):
         monkeypatch.setenv(name, "127.0.0.1,localhost")

@@ -241,9 +241,9 @@ def test_sweep_run_names_give_every_job_its_own_run_dir():
 
 def test_submitit_sweep_config_composes():
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    import train.config
+    import core.config
 
-    train.config.register_configs()
+    core.config.register_configs()
     overrides = [
         "hydra/launcher=submitit_slurm",
         "hydra.launcher.partition=gpu",

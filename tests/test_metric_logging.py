@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.metric_logging import METRICS_FILE, STEP_KEY, WandbLogger, make_logger
+from core.metric_logging import METRICS_FILE, STEP_KEY, WandbLogger, make_logger
 
 
 class FakeRun:
@@ -113,11 +113,11 @@ def test_disabled_wandb_still_keeps_the_local_metrics(tmp_path):
 def test_evaluation_goes_on_when_wandb_rejects_its_logs(
     synthetic_build, tiny_checkpoint, tmp_path, monkeypatch
 ):
+    from core.config import EvalConfig, ModelConfig
     from data_builders.media import FrameCache, MediaSpec
     from eval.evaluator import Evaluator
-    from train.adapter import make_adapter
-    from train.config import EvalConfig, ModelConfig
-    from train.models import load_model
+    from models.chat import make_adapter
+    from models.loading import load_model
 
     model, processor = load_model(ModelConfig(name_or_path=str(tiny_checkpoint)))
     cfg = EvalConfig(

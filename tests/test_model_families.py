@@ -12,13 +12,13 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from PIL import Image
 
+from core.config import ModelConfig, register_configs
+from data_builders.errors import ConfigError
 from data_builders.media import FrameCache, MediaSpec
 from data_builders.sample import Part, Sample, Turn
 from data_builders.video_io import write_mp4
-from train.adapter import CHAT_FORMATS, IGNORE_INDEX, make_adapter
-from train.config import ModelConfig, register_configs
-from train.errors import ConfigError
-from train.tiny_model import FAMILIES, build_tiny_checkpoint
+from models.chat import CHAT_FORMATS, IGNORE_INDEX, make_adapter
+from models.tiny import FAMILIES, build_tiny_checkpoint
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 ANSWER = "Okay, I'll stop here."
@@ -120,7 +120,7 @@ def test_every_model_config_names_its_family(name):
 
 
 def test_unknown_family_and_a_family_that_is_not_the_checkpoints_fail_clearly(checkpoints):
-    from train.models import FamilyMismatch, load_model
+    from models.loading import FamilyMismatch, load_model
 
     with pytest.raises(ConfigError, match="model.family='qwen4'"):
         make_adapter("qwen4", None, MediaSpec(), FrameCache(None))

@@ -72,13 +72,13 @@ def samples(ovi_root):
 @pytest.fixture(scope="module")
 def tiny(tiny_checkpoint):
     """The tiny model in eval mode and its adapter (4 frames per span within 84x84)."""
-    from train.adapter import QwenVLAdapter
-    from train.config import ModelConfig
-    from train.models import load_model
+    from core.config import ModelConfig
+    from models.chat import VideoChatAdapter
+    from models.loading import load_model
 
     model, processor = load_model(ModelConfig(name_or_path=str(tiny_checkpoint)))
     model.eval()
-    return model, QwenVLAdapter(processor, MediaSpec(num_frames=4), FrameCache(None))
+    return model, VideoChatAdapter(processor, MediaSpec(num_frames=4), FrameCache(None))
 
 
 def _both(tiny, sample, reset=lambda: None, **kwargs):
@@ -241,11 +241,11 @@ def test_cache_continuation_and_full_rerun_give_identical_token_ids(tiny, sample
 
 def test_identical_also_when_the_video_outruns_its_spatial_extent(tiny, ovi_root, monkeypatch):
     """8 frames over [0, 9.5] s: temporal ids 9.5 apart run far past the video's height and width ids; the
-    text after the video starts past them (train/rope.py), so the prompt ends on its largest id."""
-    from train.adapter import QwenVLAdapter
+    text after the video starts past them (models/rope.py), so the prompt ends on its largest id."""
+    from models.chat import VideoChatAdapter
 
     model, adapter = tiny
-    tiny8 = (model, QwenVLAdapter(adapter.processor, MediaSpec(num_frames=8), FrameCache(None)))
+    tiny8 = (model, VideoChatAdapter(adapter.processor, MediaSpec(num_frames=8), FrameCache(None)))
     sample = ovi_row_to_sample(_row("late", "Correction", 9.5, 10.0), ovi_root)
     prefix = prepare_inputs(tiny8[1], sample).prefix
     positions = ovi_simulation._GreedyDecoder(*tiny8).positions(prefix)
@@ -301,10 +301,10 @@ def test_the_answer_is_the_models_ordinary_greedy_answer(tiny, samples):
 
 
 def test_a_simulated_evaluation_runs_end_to_end(tiny, ovi_root, tmp_path):
+    from core.config import EvalConfig
+    from core.metric_logging import NullLogger
+    from data_builders.errors import ConfigError
     from eval.evaluator import Evaluator
-    from eval.metric_logging import NullLogger
-    from train.config import EvalConfig
-    from train.errors import ConfigError
 
     model, adapter = tiny
     root = tmp_path / "ovibench"

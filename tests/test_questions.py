@@ -28,7 +28,7 @@ from data_builders.questions import (
 )
 from data_builders.sources.activitynet import load_activitynet_captions
 from data_builders.sources.captions import Caption, CaptionedVideo
-from data_builders.text_client import TextModelError
+from data_builders.text_models import TextModelError
 from data_builders.video_io import write_mp4
 
 # Keywords in a caption script the fake server: BROKEN never gets valid JSON, FLAKY gets HTTP 500 once.

@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from wandb_records import history
 
-from train.config import register_configs
+from core.config import register_configs
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -48,7 +48,7 @@ def _untrained_copy(cfg):
     """The model exactly as the run built it before step 1 (same seed, same code path)."""
     from transformers import set_seed
 
-    from train.models import load_model
+    from models.loading import load_model
     from train.recipe import apply_peft
 
     set_seed(cfg.trainer.seed)

@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import Trainer
 
-from train.config import ModelConfig, PeftConfig, TrainerConfig
-from train.models import load_model
+from core.config import ModelConfig, PeftConfig, TrainerConfig
+from models.loading import load_model
 from train.modes import apply_peft
 from train.recipe import training_arguments
 from train.trainer import RecipeTrainer

@@ -324,9 +324,9 @@ class Killed(RuntimeError):
 @pytest.fixture(scope="module")
 def eval_setup(synthetic_build, tiny_checkpoint):
     """The tiny model, its adapter, and the evaluation settings shared by the runs below."""
+    from core.config import EvalConfig, ModelConfig
     from data_builders.media import MediaSpec
-    from train.config import EvalConfig, ModelConfig
-    from train.models import load_model
+    from models.loading import load_model
 
     model, processor = load_model(ModelConfig(name_or_path=str(tiny_checkpoint)))
     cfg = EvalConfig(
@@ -348,11 +348,11 @@ def _evaluate(eval_setup, run_dir: Path, *, kill_after: int | None = None) -> tu
     Returns:
         The summary, and the ids of the items generated in this call (one list per generate call).
     """
+    from core.config import ModelConfig
+    from core.metric_logging import NullLogger
     from data_builders.media import FrameCache
     from eval.evaluator import Evaluator
-    from eval.metric_logging import NullLogger
-    from train.adapter import make_adapter
-    from train.config import ModelConfig
+    from models.chat import make_adapter
 
     model, processor, cfg, media = eval_setup
     cache = FrameCache(None)

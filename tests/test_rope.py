@@ -1,4 +1,4 @@
-"""Qwen-VL multimodal positions: text after a video starts past the video's largest id (train/rope.py),
+"""Qwen-VL multimodal positions: text after a video starts past the video's largest id (models/rope.py),
 so a model is trained on the ids it answers with."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from data_builders.media import FrameCache, MediaSpec
 from data_builders.ovi_format import ovi_row_to_sample
 from data_builders.video_io import write_mp4
 from eval.ovi_simulation import prepare_inputs
-from train.rope import start_after_vision, use_released_positions
+from models.rope import start_after_vision, use_released_positions
 
 TEXT, VIDEO = 0, 2
 
@@ -20,8 +20,8 @@ def _model(tiny_checkpoint, released: bool):
     """The tiny model as ``load_model`` gives it (released positions), or as the library alone does."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from train.config import ModelConfig
-    from train.models import load_model
+    from core.config import ModelConfig
+    from models.loading import load_model
 
     if released:
         model, processor = load_model(ModelConfig(name_or_path=str(tiny_checkpoint)))
@@ -88,9 +88,9 @@ def long_video_sample(tmp_path_factory):
 def _generation_vs_teacher_forcing(model, processor, sample) -> float:
     """Largest gap between the logits ``generate`` picked 6 tokens from and those a teacher-forced forward
     of the prompt + those tokens gives at the same places (what training computes)."""
-    from train.adapter import QwenVLAdapter
+    from models.chat import VideoChatAdapter
 
-    adapter = QwenVLAdapter(processor, MediaSpec(num_frames=8), FrameCache(None))
+    adapter = VideoChatAdapter(processor, MediaSpec(num_frames=8), FrameCache(None))
     prompt = prepare_inputs(adapter, sample).prefix
     with torch.no_grad():
         out = model.generate(
@@ -120,10 +120,10 @@ def test_generation_uses_the_ids_training_uses(tiny_checkpoint, long_video_sampl
 def test_the_library_alone_starts_text_inside_the_video(tiny_checkpoint, long_video_sample):
     """Why the wrap exists: the installed get_rope_index starts the question after the video below the
     video's largest id, where the released checkpoints never saw it."""
-    from train.adapter import QwenVLAdapter
+    from models.chat import VideoChatAdapter
 
     model, processor = _model(tiny_checkpoint, released=False)
-    adapter = QwenVLAdapter(processor, MediaSpec(num_frames=8), FrameCache(None))
+    adapter = VideoChatAdapter(processor, MediaSpec(num_frames=8), FrameCache(None))
     prompt = prepare_inputs(adapter, long_video_sample).prefix
     keys = ("mm_token_type_ids", "video_grid_thw", "second_per_grid_ts", "attention_mask")
     library, _ = model.model.get_rope_index(prompt["input_ids"], **{k: prompt[k] for k in keys})

@@ -7,8 +7,8 @@ import shutil
 import pytest
 import torch
 
-from train.config import ModelConfig
-from train.models import CheckpointNotFound, load_model
+from core.config import ModelConfig
+from models.loading import CheckpointNotFound, load_model
 
 
 def test_remote_code_is_off_unless_a_config_turns_it_on():

@@ -13,10 +13,10 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from train.config import ModelConfig, PeftConfig, PeftMethod, Tower, TrainerConfig, register_configs
-from train.errors import ConfigError
-from train.tiny_model import FAMILIES, build_tiny_checkpoint
-from train.towers import parameters_by_tower, tower_of
+from core.config import ModelConfig, PeftConfig, PeftMethod, Tower, TrainerConfig, register_configs
+from data_builders.errors import ConfigError
+from models.tiny import FAMILIES, build_tiny_checkpoint
+from models.towers import parameters_by_tower, tower_of
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 PROJECTOR_MODULES = ("merger", "multi_modal_projector", "image_newline")  # by name, in every family
@@ -31,7 +31,7 @@ def _compose(name: str, overrides: list[str]):
 @pytest.fixture(scope="module")
 def load_tiny(tmp_path_factory):
     """family → a freshly loaded tiny model of that family (checkpoints built once)."""
-    from train.models import load_model
+    from models.loading import load_model
 
     root = tmp_path_factory.mktemp("tower_models")
 
@@ -188,7 +188,7 @@ def runs(tiny_checkpoint, synthetic_build, tmp_path_factory):
 
 
 def _base_parameters(cfg) -> dict[str, torch.Tensor]:
-    from train.models import load_model
+    from models.loading import load_model
 
     return dict(load_model(cfg.model)[0].named_parameters())
 
@@ -239,7 +239,7 @@ def test_gradient_checkpointing_trains_lora_the_same(runs):
 @pytest.mark.slow
 def test_full_fine_tuning_steps_then_its_checkpoint_loads_and_evaluates(runs, synthetic_build):
     from eval.run import run as run_eval
-    from train.models import load_model
+    from models.loading import load_model
 
     cfg, result = runs("full", "peft=full")
     base = _base_parameters(cfg)
@@ -279,7 +279,7 @@ def test_full_fine_tuning_steps_then_its_checkpoint_loads_and_evaluates(runs, sy
 
 
 def test_qlora_is_refused_where_it_cannot_run(monkeypatch):
-    from train.qlora import check_qlora
+    from models.qlora import check_qlora
 
     with pytest.raises(ConfigError, match="trainer.zero=3"):
         check_qlora(TrainerConfig(zero=3))
@@ -311,7 +311,7 @@ def test_a_qlora_run_fails_at_start_on_a_machine_without_cuda(monkeypatch, tmp_p
 def test_qlora_quantizes_the_language_model_layers_only(family, load_tiny):
     from transformers.quantizers.quantizers_utils import should_convert_module
 
-    from train.qlora import quantization_config
+    from models.qlora import quantization_config
 
     config = quantization_config(family)
     assert config.load_in_4bit and config.bnb_4bit_quant_type == "nf4" and config.bnb_4bit_use_double_quant
@@ -326,8 +326,8 @@ def test_qlora_quantizes_the_language_model_layers_only(family, load_tiny):
 def test_load_model_hands_the_quantization_config_to_from_pretrained(monkeypatch, tiny_checkpoint):
     from transformers import AutoModelForImageTextToText
 
-    from train.models import load_model
-    from train.qlora import quantization_config
+    from models.loading import load_model
+    from models.qlora import quantization_config
 
     seen, loaded = {}, torch.nn.Linear(1, 1)
 

@@ -192,8 +192,8 @@ def test_a_restarted_watcher_skips_what_is_done_even_in_a_moved_run_directory(
 def test_the_watcher_refuses_an_inline_training_that_is_still_running(tmp_path, capsys):
     from omegaconf import OmegaConf
 
+    from core.config import ModelConfig, TrainConfig
     from eval.watch import main
-    from train.config import ModelConfig, TrainConfig
 
     inline = TrainConfig(model=ModelConfig(name_or_path="some/model"))  # eval.mode: inline, the default
     (tmp_path / "resolved_config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(inline)))
@@ -237,9 +237,9 @@ def test_swapping_lora_adapters_on_one_base_computes_what_each_adapter_loaded_fr
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
 
+    from core.config import ModelConfig
     from eval.watch import CheckpointModels
-    from train.config import ModelConfig
-    from train.models import load_model
+    from models.loading import load_model
 
     model_cfg = ModelConfig(name_or_path=str(tiny_checkpoint))
     for step in (2, 4):
@@ -269,9 +269,9 @@ def test_swapping_lora_adapters_on_one_base_computes_what_each_adapter_loaded_fr
 def test_a_full_fine_tuning_checkpoint_is_loaded_whole(tiny_checkpoint, tmp_path):
     import torch
 
+    from core.config import ModelConfig
     from eval.watch import CheckpointModels
-    from train.config import ModelConfig
-    from train.models import load_model
+    from models.loading import load_model
 
     model_cfg = ModelConfig(name_or_path=str(tiny_checkpoint))
     tuned, processor = load_model(model_cfg)

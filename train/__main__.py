@@ -10,16 +10,16 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from core.config import EvalMode, TrainConfig, register_configs
 from data_builders.cli import run_cli
-from train.config import EvalMode, TrainConfig, register_configs
 
 register_configs()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> None:
+    from core.distributed import is_main
     from eval.headline import headline
-    from train.distributed import is_main
     from train.recipe import run
 
     config: TrainConfig = OmegaConf.to_object(cfg)

@@ -11,13 +11,13 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from core import distributed
+from core.config import EvalMode, TrainConfig
+from core.metric_logging import MetricLogger
 from data_builders.files import write_text_atomic
 from eval.evaluator import Evaluator
-from eval.metric_logging import MetricLogger
 from eval.results_cache import run_weights
-from train import distributed
-from train.adapter import QwenVLAdapter
-from train.config import EvalMode, TrainConfig
+from models.chat import VideoChatAdapter
 
 TRAINING_DONE = "training_done"
 
@@ -29,7 +29,7 @@ class CheckpointEval(TrainerCallback):
     wrapped model computes exactly what the untuned checkpoint computes.
     """
 
-    def __init__(self, evaluator: Evaluator, adapter: QwenVLAdapter):
+    def __init__(self, evaluator: Evaluator, adapter: VideoChatAdapter):
         self.evaluator = evaluator
         self.adapter = adapter
 
@@ -62,7 +62,7 @@ class LogToMetricLogger(TrainerCallback):
 
 
 def training_callbacks(
-    cfg: TrainConfig, logger: MetricLogger, evaluator: Evaluator | None, adapter: QwenVLAdapter
+    cfg: TrainConfig, logger: MetricLogger, evaluator: Evaluator | None, adapter: VideoChatAdapter
 ) -> list[TrainerCallback]:
     """The training's callbacks: loss logging, and checkpoint evaluation unless ``eval.mode`` is async.
 

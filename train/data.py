@@ -18,7 +18,7 @@ from data_builders.errors import DataError, DecodeError
 from data_builders.files import write_json_atomic
 from data_builders.media import FrameCache, MediaSpec, load_image
 from data_builders.sample import Sample
-from train.adapter import QwenVLAdapter
+from models.chat import VideoChatAdapter
 
 
 def load_samples(dataset_dirs: list[str]) -> list[Sample]:
@@ -78,7 +78,7 @@ def write_quarantine(run_dir: str | Path, name: str, entries: list[dict]) -> Non
 class SampleDataset(torch.utils.data.Dataset):
     """Samples rendered for training (decoding happens here, in dataloader workers)."""
 
-    def __init__(self, samples: list[Sample], adapter: QwenVLAdapter):
+    def __init__(self, samples: list[Sample], adapter: VideoChatAdapter):
         self.samples = samples
         self.adapter = adapter
 
@@ -92,7 +92,7 @@ class SampleDataset(torch.utils.data.Dataset):
 class Collator:
     """Batches rendered samples through the processor and masks labels to trained assistant turns."""
 
-    def __init__(self, adapter: QwenVLAdapter):
+    def __init__(self, adapter: VideoChatAdapter):
         self.adapter = adapter
 
     def __call__(self, rendered: list) -> dict:

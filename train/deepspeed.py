@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from core.config import TrainerConfig
+from data_builders.errors import ConfigError
 from data_builders.files import write_json_atomic
-from train.config import TrainerConfig
-from train.errors import ConfigError
 
 ZERO_STAGES = (2, 3)
 

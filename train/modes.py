@@ -1,6 +1,6 @@
 """Training modes: which parameters train under LoRA, QLoRA and full fine-tuning (``peft.*``).
 
-Full fine-tuning trains every tower (train/towers.py) that ``peft.freeze`` does not list. Under LoRA and
+Full fine-tuning trains every tower (models/towers.py) that ``peft.freeze`` does not list. Under LoRA and
 QLoRA, ``peft.target_modules`` and ``peft.modules_to_save`` decide, and ``peft.freeze`` guards them: a
 frozen tower they would train is a ConfigError before training starts.
 """
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from train.config import PeftConfig, PeftMethod, Tower
-from train.errors import ConfigError
-from train.qlora import prepare_quantized
-from train.towers import family_of, tower_of
+from core.config import PeftConfig, PeftMethod, Tower
+from data_builders.errors import ConfigError
+from models.qlora import prepare_quantized
+from models.towers import family_of, tower_of
 
 
 def apply_peft(model: torch.nn.Module, cfg: PeftConfig) -> torch.nn.Module:

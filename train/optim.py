@@ -1,7 +1,7 @@
 """The optimizer: one parameter group per tower and weight decay, each tower at its own learning rate.
 
 ``trainer.lr`` is the language model's learning rate; ``trainer.lr_vision`` and ``trainer.lr_projector``
-(null: ``trainer.lr``) those of the other towers (train/towers.py). The HF Trainer builds the optimizer
+(null: ``trainer.lr``) those of the other towers (models/towers.py). The HF Trainer builds the optimizer
 through ``RecipeTrainer.create_optimizer`` (train/trainer.py) also under DeepSpeed, which then wraps it
 (ZeRO-2/3) instead of building its own, and the Trainer's scheduler scales every group's learning rate
 alike.
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from train.config import Tower, TrainerConfig
-from train.errors import ConfigError
-from train.towers import family_of, parameters_by_tower
+from core.config import Tower, TrainerConfig
+from data_builders.errors import ConfigError
+from models.towers import family_of, parameters_by_tower
 
 # The Trainer logs the first group's learning rate: the language model's, trainer.lr.
 _GROUP_ORDER = (Tower.language_model, Tower.projector, Tower.vision)

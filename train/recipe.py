@@ -13,22 +13,22 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from core import distributed
+from core.config import EvalMode, PeftMethod, TrainConfig, TrainerConfig
+from core.metric_logging import MetricLogger, NullLogger, logger_for_run
 from data_builders.build import build_synthetic
 from data_builders.files import write_json_atomic, write_text_atomic
 from data_builders.media import FrameCache
 from eval.evaluator import Evaluator
-from eval.metric_logging import MetricLogger, NullLogger, logger_for_run
-from train import distributed
-from train.adapter import make_adapter
+from models.chat import make_adapter
+from models.loading import build_if_tiny, load_model
+from models.qlora import check_qlora, quantization_config
+from models.towers import family_of, is_partitioned, numel, parameters_by_tower
 from train.callbacks import mark_training_done, training_callbacks
-from train.config import EvalMode, PeftMethod, TrainConfig, TrainerConfig
 from train.data import Collator, SampleDataset, check_media, load_samples, quarantine_counts, write_quarantine
 from train.deepspeed import deepspeed_config, write_deepspeed_config
-from train.models import build_if_tiny, load_model
 from train.modes import apply_peft
 from train.optim import check_learning_rates, tower_learning_rates
-from train.qlora import check_qlora, quantization_config
-from train.towers import family_of, is_partitioned, numel, parameters_by_tower
 from train.trainer import RecipeTrainer
 
 

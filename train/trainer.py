@@ -9,7 +9,7 @@ import torch
 from accelerate.utils import DistributedType
 from transformers import Trainer
 
-from train.config import TrainerConfig
+from core.config import TrainerConfig
 from train.data import MediaKindSampler, SampleDataset
 from train.optim import param_groups, tower_learning_rates
 

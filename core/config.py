@@ -1,8 +1,10 @@
-"""Typed configuration for ``python -m train`` and ``python -m eval``.
+"""The typed configuration of a run: ``python -m train`` (``TrainConfig``) and ``python -m eval``
+(``EvalRunConfig``), both a ``RunConfig``.
 
-The dataclasses are registered with Hydra's ConfigStore as the schema behind ``conf/``, so a
-misspelt key or a value of the wrong type fails when the config is composed, naming the key.
-This module imports no torch, so ``launch/`` can read configs cheaply.
+The dataclasses are registered with Hydra's ConfigStore as the schema behind ``conf/``, so a misspelt
+key, a value of the wrong type or an unknown choice fails when the config is composed, naming the key.
+Each default lives here, documented beside its field; ``conf/`` files set only what differs. This module
+imports no torch, so ``launch/`` can read configs cheaply.
 """
 
 from __future__ import annotations
@@ -13,17 +15,38 @@ from enum import Enum
 from hydra.core.config_store import ConfigStore
 
 from data_builders.build import SyntheticDataConfig
+from data_builders.choice import Choice
 from data_builders.media import MediaSpec
+from data_builders.text_models import EndpointConfig, TextModelConfig
+
+
+class Family(Choice):
+    """A model family: its checkpoints' ``model_type``, which picks the chat format and tower map."""
+
+    qwen2_vl = "qwen2_vl"
+    qwen2_5_vl = "qwen2_5_vl"
+    qwen3_vl = "qwen3_vl"
+    llava_onevision = "llava_onevision"
+    internvl = "internvl"
+
+
+class Dtype(Choice):
+    """The weights' dtype when loaded. auto: bf16 on GPUs that have it, else fp32."""
+
+    auto = "auto"
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
 
 
 @dataclass
 class ModelConfig:
-    """Which checkpoint to fine-tune and how to load it."""
+    """Which checkpoint to fine-tune or evaluate, and how to load it."""
 
     name_or_path: str = "???"  # hub name or local checkpoint directory
-    family: str = "qwen2_5_vl"  # qwen2_vl | qwen2_5_vl | qwen3_vl | llava_onevision | internvl
+    family: Family = Family.qwen2_5_vl  # must be the checkpoint's own model_type (checked at load)
     tiny: bool = False  # build a tiny random model of `family` at name_or_path if absent (tests, quickstart)
-    dtype: str = "auto"  # auto: bf16 on GPUs that have it, else fp32
+    dtype: Dtype = Dtype.auto
     attn_implementation: str = "sdpa"
     trust_remote_code: bool = False  # never run a checkpoint's own code unless asked to
     allow_download: bool = False  # only local dirs and the local hub cache unless set
@@ -34,11 +57,11 @@ class PeftMethod(Enum):
 
     lora = "lora"  # LoRA adapters on target_modules; modules_to_save trained fully; the rest frozen
     full = "full"  # every parameter outside the frozen towers
-    qlora = "qlora"  # LoRA on a 4-bit NF4 base (bitsandbytes; CUDA GPUs only, see train/qlora.py)
+    qlora = "qlora"  # LoRA on a 4-bit NF4 base (bitsandbytes; CUDA GPUs only, see models/qlora.py)
 
 
 class Tower(Enum):
-    """The three parts of a VLM (train/towers.py says which parameters belong to which, per family)."""
+    """The three parts of a VLM (models/towers.py says which parameters belong to which, per family)."""
 
     vision = "vision"  # the vision encoder
     projector = "projector"  # vision features into the language model's space (Qwen-VL: the mergers)
@@ -66,7 +89,7 @@ class DataConfig:
 
     train: list[str] = field(default_factory=list)  # dataset directories (datasets.load_from_disk)
     synthetic: SyntheticDataConfig = field(default_factory=SyntheticDataConfig)
-    build_synthetic: bool = False  # build the synthetic world and its datasets before training
+    build_synthetic: bool = False  # build the synthetic world and its datasets first; unset roots point there
     frame_cache: str | None = "${output_root}/frame_cache"  # decoded frames per (video, media spec)
 
 
@@ -82,8 +105,8 @@ class TrainerConfig:
     lr_projector: float | None = None  # the projector's learning rate; null: lr
     weight_decay: float = 0.0
     warmup_ratio: float = 0.03
-    lr_scheduler: str = "cosine"
-    save_steps: int = 50  # every save is evaluated on both benchmarks
+    lr_scheduler: str = "cosine"  # any of transformers' SchedulerType names
+    save_steps: int = 50  # every save is evaluated on the benchmarks
     logging_steps: int = 10
     num_workers: int = 0  # dataloader worker processes (decoding + processing)
     gradient_checkpointing: bool = False
@@ -101,77 +124,84 @@ class TrainerConfig:
 EvalMode = Enum("EvalMode", [("inline", "inline"), ("async", "async")])
 
 
+class InputOrder(Choice):
+    """Where a V2P item's visual-prompt frame goes in its user turn."""
+
+    official = "official"  # video, question, VP frame (the official V2P-Bench inference script)
+    vp_first = "vp_first"  # video, VP frame, question
+
+
+class OviProtocol(Choice):
+    """How open-ended OVIBench items are answered (multiple-choice items are the same under both)."""
+
+    teacher_forced = "teacher_forced"  # the dataset's partial answer is given as the model's turn
+    # The model's own answer, cut at interruption_time at 3 tokens/s, then the interruption turn continued
+    # from the key/value cache (eval/ovi_simulation.py).
+    simulated = "simulated"
+
+
 @dataclass
 class EvalConfig:
     """Benchmarks run on the untuned baseline and after every checkpoint save."""
 
+    # Names in eval.benchmarks.BENCHMARKS: v2p, ovi, and the V2P hack diagnostics v2p_blind, v2p_z,
+    # v2p_shuffled, v2p_text_prompt (each needs v2p; eval/benchmarks/diagnostics.py).
     benchmarks: list[str] = field(default_factory=lambda: ["v2p", "ovi"])
     v2p_root: str | None = None  # a V2P-Bench release directory (dataset_info.jsonl, videos/, frames/)
     ovi_root: str | None = None  # an OVIBench directory (ovibench.jsonl, videos/)
-    input_order: str = "official"  # official: video, question, VP frame | vp_first: video, VP frame, question
+    input_order: InputOrder = InputOrder.official
     limit: int | None = None  # evaluate only the first N items of each benchmark
     batch_size: int = 16
     max_new_tokens: int = 16  # multiple-choice answers ("B (Correction)") and V2P letters
     max_new_tokens_open: int = 128  # open-ended OVIBench reactions (batched apart, so MCQ batches stay short)
-    # Open-ended OVIBench items: teacher_forced (the dataset's partial answer is given) | simulated (the
-    # model's own answer, cut at interruption_time at 3 tokens/s, then the interruption turn continued from
-    # the key/value cache: eval/ovi_simulation.py). Multiple-choice items are the same under both.
-    ovi_protocol: str = "teacher_forced"
+    ovi_protocol: OviProtocol = OviProtocol.teacher_forced
     bootstrap_resamples: int = 2000
     mode: EvalMode = EvalMode.inline  # who evaluates a training's baseline and checkpoints, and when
     # Results shared across runs and paths, by weights and settings fingerprint (eval/results_cache.py);
     # conf/eval puts it under output_root. null: each run keeps only its own results.
     results_cache: str | None = None
-    # V2P hack diagnostics, each run as one more benchmark (eval/diagnostics.py): blind, z_option,
-    # shuffled, hack_ratio (the same inputs as shuffled), text_prompt. Needs v2p in benchmarks.
-    diagnostics: list[str] = field(default_factory=list)
-    diagnostics_seed: int = 0  # the shuffled video-question pairing
+    diagnostics_seed: int = 0  # v2p_shuffled: which video each question is paired with
 
 
 @dataclass
-class JudgeConfig:
-    """The LLM judge of open-ended OVIBench items (``eval.judge``). ``backend: none`` leaves them unscored.
+class JudgeConfig(TextModelConfig):
+    """The LLM judge of open-ended OVIBench items (``judge=none|endpoint|local``; the keys of a text model,
+    data_builders/text_models.py). ``backend: none`` leaves them unscored. Temperature stays 0."""
 
-    The API key is read at request time from the environment variable named by ``api_key_env``; it is
-    never part of a config, a log or W&B.
-    """
-
-    backend: str = "none"  # none | openai (any OpenAI-compatible /chat/completions server) | hf (local model)
-    base_url: str | None = None  # openai: e.g. http://localhost:8000/v1
-    model: str | None = None  # openai: the served model name; pin an exact version
-    api_key_env: str = "OPENAI_API_KEY"  # unset in the environment: no Authorization header (local vLLM)
-    timeout_s: float = 60.0
-    max_retries: int = 3  # after the first try; timeouts, connection errors, HTTP 429 and 5xx only
-    backoff_s: float = 1.0  # doubled on every further retry
-    max_tokens: int = 256
-    workers: int = 8  # openai: requests in flight at once (hf judges one at a time)
-    hf_model: str | None = None  # hf: a local directory or a name in the local hub cache
-    hf_max_new_tokens: int = 256
+    endpoint: EndpointConfig = field(default_factory=lambda: EndpointConfig(workers=8))
     # Judgements by (judge, rubric version, metric, prompt): a resumed or repeated evaluation costs nothing.
     # null keeps them in memory only.
     cache: str | None = "${run_dir}/eval/judge_cache.jsonl"
     metrics: list[str] | None = None  # judge only these (iac, ifa, tfs, ves, cfs, ccs); null: all that apply
 
 
+class LoggerMode(Choice):
+    """W&B's mode. auto: online when WANDB_API_KEY is set, else offline."""
+
+    auto = "auto"
+    online = "online"
+    offline = "offline"
+    disabled = "disabled"
+
+
 @dataclass
 class LoggerConfig:
-    """Weights & Biases. ``mode: auto`` is online when WANDB_API_KEY is set, else offline."""
+    """Weights & Biases; every scalar also goes to ``<run_dir>/metrics.jsonl``."""
 
     wandb: bool = True
     project: str = "vlm-interact"
     entity: str | None = None
-    mode: str = "auto"  # auto | online | offline | disabled
+    mode: LoggerMode = LoggerMode.auto
 
 
 @dataclass
-class TrainConfig:
-    """A training run: everything it reads, so ``--cfg job`` prints the whole experiment."""
+class RunConfig:
+    """What a training and a standalone evaluation both read: the model, its media, the benchmarks and the
+    judge, the logger, and where the run writes."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
-    peft: PeftConfig = field(default_factory=PeftConfig)
     media: MediaSpec = field(default_factory=MediaSpec)
     data: DataConfig = field(default_factory=DataConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
@@ -181,20 +211,23 @@ class TrainConfig:
 
 
 @dataclass
-class EvalRunConfig:
-    """A standalone evaluation (``python -m eval``) of one model or checkpoint directory."""
+class TrainConfig(RunConfig):
+    """A training run: everything it reads, so ``--cfg job`` prints the whole experiment."""
 
-    model: ModelConfig = field(default_factory=ModelConfig)
-    adapter: str | None = None  # a LoRA adapter directory to apply on top of model (a training checkpoint)
+    peft: PeftConfig = field(default_factory=PeftConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+
+@dataclass
+class EvalRunConfig(RunConfig):
+    """A standalone evaluation (``python -m eval``) of one model, or of one checkpoint of a training run."""
+
+    # A training checkpoint (<run_dir>/checkpoints/checkpoint-N, LoRA or full): evaluated on the base, media
+    # spec and benchmarks its run recorded (resolved_config.yaml), unless the roots are given here.
+    checkpoint: str | None = None
     score_file: str | None = None  # score a V2P response file (release rows + response, model); no model runs
-    media: MediaSpec = field(default_factory=MediaSpec)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    judge: JudgeConfig = field(default_factory=JudgeConfig)
     logger: LoggerConfig = field(default_factory=lambda: LoggerConfig(wandb=False))
-    data: DataConfig = field(default_factory=DataConfig)
     run_name: str = "eval"
-    output_root: str = "outputs"
-    run_dir: str = "${output_root}/${run_name}"
 
 
 def register_configs() -> None:

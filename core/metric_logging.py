@@ -189,7 +189,7 @@ def make_logger(
         shared: another process (the evaluation watcher) logs into this run too; online, W&B then runs
             in its shared mode with this process as the primary writer.
     """
-    from train.distributed import is_main
+    from core.distributed import is_main
 
     if not is_main():
         return NullLogger()

@@ -10,9 +10,9 @@ import os
 
 import torch
 
-from train.config import ModelConfig
-from train.errors import ConfigError
-from train.rope import use_released_positions
+from core.config import ModelConfig
+from data_builders.errors import ConfigError
+from models.rope import use_released_positions
 
 
 class CheckpointNotFound(ConfigError):
@@ -39,7 +39,7 @@ def load_model(cfg: ModelConfig, quantization_config=None):
     the run's ``TrainingArguments`` exist) each rank loads only its partition (``deepspeed.zero.Init``).
 
     Args:
-        quantization_config: e.g. ``train.qlora.quantization_config``; the model then loads onto this
+        quantization_config: e.g. ``models.qlora.quantization_config``; the model then loads onto this
             process's GPU, where bitsandbytes quantizes it.
 
     Raises:
@@ -93,7 +93,7 @@ def build_if_tiny(cfg: ModelConfig) -> None:
     writes on global rank 0 only, and the rank that builds (whichever takes the lock) must write it all.
     """
     if cfg.tiny:
-        from train.tiny_model import build_tiny_checkpoint
+        from models.tiny import build_tiny_checkpoint
 
         build_tiny_checkpoint(cfg.name_or_path, family=cfg.family)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from train.config import Tower, TrainerConfig
-from train.errors import ConfigError
-from train.towers import TOWER_PREFIXES, family_of
+from core.config import Tower, TrainerConfig
+from data_builders.errors import ConfigError
+from models.towers import TOWER_PREFIXES, family_of
 
 
 def check_qlora(trainer: TrainerConfig) -> None:

@@ -296,7 +296,7 @@ def build_tiny_checkpoint(
     """
     from filelock import FileLock
 
-    from train.errors import ConfigError
+    from data_builders.errors import ConfigError
 
     if family not in _BUILDERS:
         raise ConfigError(f"model.family={family!r} is not one of {', '.join(FAMILIES)}")

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from data_builders.errors import ConfigError
 from data_builders.media import FrameCache, MediaSpec, load_image
 from data_builders.sample import Sample, Turn
-from train.errors import ConfigError
 
 IGNORE_INDEX = -100
 SYSTEM_PROMPT = "You are a helpful assistant."
@@ -177,7 +177,7 @@ class VideoChatAdapter:
 _FIXED_FRAME_COUNT = {"llava_onevision", "internvl"}
 
 # The name train/data.py, train/callbacks.py and eval/evaluator.py annotate with; same class.
-QwenVLAdapter = VideoChatAdapter
+VideoChatAdapter = VideoChatAdapter
 
 
 def make_adapter(family: str, processor, media: MediaSpec, cache: FrameCache) -> VideoChatAdapter:

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 
 import torch
 
-from train.config import Tower
-from train.errors import ConfigError
+from core.config import Tower
+from data_builders.errors import ConfigError
 
 _LANGUAGE_MODEL = ("model.language_model", "lm_head")  # embeddings live inside model.language_model
 _QWEN_VL = {
@@ -53,7 +53,7 @@ def tower_of(name: str, family: str) -> Tower:
         ConfigError: ``family`` has no tower map, or the parameter is in none of its towers.
     """
     if family not in TOWER_PREFIXES:
-        raise ConfigError(f"model.family={family!r} has no tower map in train/towers.py")
+        raise ConfigError(f"model.family={family!r} has no tower map in models/towers.py")
     name = name.removeprefix(_PEFT_PREFIX)
     matches = [
         (len(prefix), tower)
@@ -62,7 +62,7 @@ def tower_of(name: str, family: str) -> Tower:
         if name == prefix or name.startswith(f"{prefix}.")
     ]
     if not matches:
-        raise ConfigError(f"parameter {name} of the {family} model is in no tower of train/towers.py")
+        raise ConfigError(f"parameter {name} of the {family} model is in no tower of models/towers.py")
     return max(matches, key=lambda match: match[0])[1]
 
 

@@ -1,0 +1,1 @@
+"""What training and evaluation share: the run config schema, the run directory, rank helpers, metric logging."""

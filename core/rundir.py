@@ -1,0 +1,223 @@
+"""The run directory: the one place that names its files and knows their protocol.
+
+A training run and its evaluation (inline, by the watcher, or by ``python -m eval``) share a directory::
+
+    <run_dir>/resolved_config.yaml    the run's whole config, typed (rewritten at every start or resume)
+    <run_dir>/checkpoints/checkpoint-N/   saves, N the training step
+    <run_dir>/final/                  the last weights
+    <run_dir>/training_done           written last by the training: the watcher may stop
+    <run_dir>/quarantine_<name>.json  items left out because their media could not be decoded
+    <run_dir>/eval/models.json        (name, step) of every model evaluated, the baseline first
+    <run_dir>/eval/<model>/<benchmark>.jsonl   per-item predictions, appended as they are made
+    <run_dir>/summary.json, report.md the comparison of every model with the baseline
+    <run_dir>/parameters.json, deepspeed.json, metrics.jsonl, wandb/
+
+Every file written here is written whole (under a temporary name, then renamed), except the append-only
+results files (:class:`data_builders.files.JsonlStore`).
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from core import distributed
+from core.config import TrainConfig
+from data_builders.errors import DataError
+from data_builders.files import write_json_atomic, write_text_atomic
+
+BASELINE = "baseline"  # the model name of the untuned model, evaluated before step 1
+_CHECKPOINT_PREFIX = "checkpoint-"
+
+
+class RunDir:
+    """The files of one run directory.
+
+    Args:
+        path: the directory (``<output_root>/<run_name>``); it need not exist yet.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    # -- the resolved config -------------------------------------------------------------------------
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / "resolved_config.yaml"
+
+    def write_config(self, cfg: TrainConfig) -> None:
+        """Record the run's config (atomically: the watcher may read it the moment it appears)."""
+        write_text_atomic(self.config_file, OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+
+    def read_config(self) -> TrainConfig:
+        """The run's config as the training resolved it, typed.
+
+        Raises:
+            DataError: the file is missing or does not fit the training config schema.
+        """
+        if not self.config_file.exists():
+            raise DataError(str(self.config_file), "not found: is this a training run directory?")
+        try:
+            text = OmegaConf.create(self.config_file.read_text())
+            return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), text))
+        except OmegaConfBaseException as err:
+            message = f"not a training config: {str(err).splitlines()[0]}"
+            raise DataError(str(self.config_file), message) from None
+
+    # -- checkpoints ---------------------------------------------------------------------------------
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        """Where the Trainer saves (its ``output_dir``)."""
+        return self.path / "checkpoints"
+
+    @property
+    def final_dir(self) -> Path:
+        return self.path / "final"
+
+    def checkpoint(self, step: int) -> Path:
+        return self.checkpoints_dir / checkpoint_name(step)
+
+    def checkpoints(self) -> list[Path]:
+        """The checkpoints whose save finished, in step order."""
+        if not self.checkpoints_dir.is_dir():
+            return []
+        found = [p for p in self.checkpoints_dir.iterdir() if checkpoint_step(p) is not None]
+        return sorted((p for p in found if checkpoint_is_complete(p)), key=checkpoint_step)
+
+    def latest_checkpoint(self) -> Path | None:
+        """The newest complete checkpoint, to resume from (None for a fresh run)."""
+        complete = self.checkpoints()
+        return complete[-1] if complete else None
+
+    # -- the training's end --------------------------------------------------------------------------
+
+    @property
+    def done_file(self) -> Path:
+        return self.path / "training_done"
+
+    def mark_done(self) -> None:
+        """Tell the evaluation watcher that every checkpoint is saved and the training wrote its last file
+        (rank 0 writes; call it last)."""
+        if distributed.is_main():
+            write_text_atomic(self.done_file, "done\n")
+
+    def is_done(self) -> bool:
+        """Whether the training is done: its marker is newer than the resolved config, which every start
+        (and resume) of the training rewrites, so a marker left by an earlier run does not count."""
+        try:
+            return self.done_file.stat().st_mtime_ns >= self.config_file.stat().st_mtime_ns
+        except FileNotFoundError:
+            return False
+
+    # -- quarantine ----------------------------------------------------------------------------------
+
+    def quarantine_file(self, name: str) -> Path:
+        """``name``: ``train``, or ``eval_<benchmark>``."""
+        return self.path / f"quarantine_{name}.json"
+
+    def write_quarantine(self, name: str, entries: list[dict]) -> None:
+        """List the items left out (``{"id", "file", "reason"}`` each); rank 0 writes."""
+        if distributed.is_main():
+            write_json_atomic(self.quarantine_file(name), entries, indent=2)
+
+    def quarantine_counts(self) -> dict[str, dict[str, int]]:
+        """Items left out per quarantine file (``train``, and each benchmark by name), by reason."""
+        counts = {}
+        for path in sorted(self.path.glob("quarantine_*.json")):
+            name = path.stem.removeprefix("quarantine_").removeprefix("eval_")
+            counts[name] = reason_counts(json.loads(path.read_text()))
+        return counts
+
+    # -- evaluation ----------------------------------------------------------------------------------
+
+    @property
+    def eval_dir(self) -> Path:
+        return self.path / "eval"
+
+    def results_file(self, model: str, benchmark: str) -> Path:
+        """The per-item predictions of one model on one benchmark."""
+        return self.eval_dir / model / f"{benchmark}.jsonl"
+
+    @property
+    def models_file(self) -> Path:
+        return self.eval_dir / "models.json"
+
+    def models(self) -> list[tuple[str, int]]:
+        """``(name, step)`` of every model evaluated here, in order; the baseline first."""
+        if not self.models_file.exists():
+            return []
+        return [(name, int(step)) for name, step in json.loads(self.models_file.read_text())]
+
+    def add_model(self, name: str, step: int) -> None:
+        """Record an evaluated model (kept on disk: a resumed training or watcher still reports it)."""
+        models = self.models()
+        if (name, step) not in models:
+            write_text_atomic(self.models_file, json.dumps([*models, (name, step)]))
+
+    @property
+    def summary_file(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def report_file(self) -> Path:
+        return self.path / "report.md"
+
+    # -- training records ----------------------------------------------------------------------------
+
+    @property
+    def parameters_file(self) -> Path:
+        return self.path / "parameters.json"
+
+    @property
+    def deepspeed_file(self) -> Path:
+        return self.path / "deepspeed.json"
+
+
+def checkpoint_name(step: int) -> str:
+    return f"{_CHECKPOINT_PREFIX}{step}"
+
+
+def checkpoint_step(checkpoint: str | Path) -> int | None:
+    """The step of ``checkpoint-N`` (a path or a name); None for anything else."""
+    number = Path(checkpoint).name.removeprefix(_CHECKPOINT_PREFIX)
+    if number == Path(checkpoint).name or not number.isdigit():
+        return None
+    return int(number)
+
+
+def checkpoint_is_complete(checkpoint: Path) -> bool:
+    """Whether a save finished, so that a resumed run can read every file in it.
+
+    Rank 0 writes ``trainer_state.json`` last, and not atomically: a kill mid-write leaves one that does
+    not parse. Other ranks may still be writing after it: each its ``rng_state_<rank>.pth``.
+    ``torch.save`` writes a zip whose directory comes last, so a file cut short does not open as one.
+    Every rank decides alike: the files are the same for all.
+    """
+    try:
+        json.loads((checkpoint / "trainer_state.json").read_text())
+        for torch_file in [*checkpoint.glob("*.pt"), *checkpoint.glob("*.pth")]:
+            zipfile.ZipFile(torch_file).close()
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return False
+    per_rank_rng = list(checkpoint.glob("rng_state_*.pth"))
+    if not per_rank_rng:
+        return True
+    # One optimizer shard per data-parallel rank under ZeRO, all written before a barrier that precedes
+    # the RNG files; without ZeRO, the ranks are those of the run that asks.
+    zero_shards = list(checkpoint.glob("global_step*/*zero_pp_rank_*_optim_states.pt"))
+    return len(per_rank_rng) >= (len(zero_shards) or distributed.world_size())
+
+
+def reason_counts(entries: list[dict]) -> dict[str, int]:
+    """Quarantined items counted by the first words of their reason."""
+    return dict(Counter(entry["reason"].split(":")[0] for entry in entries))
