@@ -1,6 +1,6 @@
 """Evaluation throughput: items per second batched (16 at a time) against one at a time.
 
-The evaluator's own ``generate`` (render, left-padded processor batch, greedy decoding of up to
+The evaluation's own ``generate`` (render, left-padded processor batch, greedy decoding of up to
 ``eval.max_new_tokens`` tokens) on the first 32 items of the synthetic V2P-Bench twin, tiny model.
 
     python bench/bench_eval_batching.py
@@ -13,12 +13,12 @@ from dataclasses import replace
 import torch
 from common import median, print_table, quickstart_config, timed
 
-from core.metric_logging import NullLogger
-from data_builders.media import FrameCache
-from eval.evaluator import Evaluator
+from core.config import resolve_synthetic_data
+from data_builders.media import FrameCache, check_media
+from eval.benchmarks.v2p import load as load_v2p
+from eval.generation import generate
 from models.chat import make_adapter
 from models.loading import load_model
-from train.recipe import resolve_data
 
 ITEMS = 32
 BATCH = 16
@@ -27,11 +27,10 @@ REPEATS = 3  # timed passes over all items, per setting, alternating; the fastes
 
 def main() -> None:
     cfg = quickstart_config()
-    resolve_data(cfg)
+    resolve_synthetic_data(cfg)
     cache = FrameCache(cfg.data.frame_cache)
     eval_cfg = replace(cfg.eval, benchmarks=["v2p"], limit=ITEMS, batch_size=BATCH)
-    evaluator = Evaluator(eval_cfg, cfg.media, cache, cfg.run_dir, NullLogger())  # warms the frame cache
-    items = evaluator.benchmarks["v2p"]
+    items, _ = check_media(load_v2p(eval_cfg)[:ITEMS], cfg.media, cache, desc="v2p")  # warms the cache
     assert len(items) == ITEMS, f"the synthetic V2P twin has {len(items)} items, {ITEMS} wanted"
     model, processor = load_model(cfg.model)
     model.eval()
@@ -41,7 +40,7 @@ def main() -> None:
     def run(size: int) -> None:
         with torch.no_grad():
             for start in range(0, len(items), size):
-                evaluator.generate(model, adapter, items[start : start + size])
+                generate(model, adapter, items[start : start + size], eval_cfg.max_new_tokens)
 
     run(BATCH)  # warm-up: first-call allocations
     times: dict[int, list[float]] = {1: [], BATCH: []}

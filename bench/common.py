@@ -67,12 +67,13 @@ class Setup:
 
 def training_setup(*overrides: str) -> Setup:
     """Build (once) and load the quickstart's data and tiny model; warm the frame cache."""
+    from core.config import resolve_synthetic_data
+    from data_builders.media import check_media
     from models.loading import load_model
-    from train.data import check_media, load_samples
-    from train.recipe import resolve_data
+    from train.data import load_samples
 
     cfg = quickstart_config(*overrides)
-    resolve_data(cfg)
+    resolve_synthetic_data(cfg)
     cache = FrameCache(cfg.data.frame_cache)
     _, processor = load_model(cfg.model)
     adapter = make_adapter(cfg.model.family, processor, cfg.media, cache)

@@ -1,1 +1,2 @@
-"""What training and evaluation share: the run config schema, the run directory, rank helpers, metric logging."""
+"""What training and evaluation share: the run config schema, the run directory, rank helpers and metric
+logging."""

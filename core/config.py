@@ -230,6 +230,20 @@ class EvalRunConfig(RunConfig):
     run_name: str = "eval"
 
 
+def resolve_synthetic_data(cfg: RunConfig) -> None:
+    """Build the synthetic world and its datasets when ``data.build_synthetic`` asks (file-locked: every rank
+    may call it, one builds); point unset training data and benchmark roots at them."""
+    if not cfg.data.build_synthetic:
+        return
+    from data_builders.build import build_synthetic
+
+    paths = build_synthetic(cfg.data.synthetic)
+    if isinstance(cfg, TrainConfig) and not cfg.data.train:
+        cfg.data.train = [str(paths.v2p_sft), str(paths.ovi_train)]
+    cfg.eval.v2p_root = cfg.eval.v2p_root or str(paths.v2p_bench)
+    cfg.eval.ovi_root = cfg.eval.ovi_root or str(paths.ovibench)
+
+
 def register_configs() -> None:
     """Register the schemas that ``conf/train.yaml`` and ``conf/eval.yaml`` extend."""
     store = ConfigStore.instance()

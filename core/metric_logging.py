@@ -27,7 +27,7 @@ from typing import Protocol
 
 from filelock import FileLock
 
-from data_builders.files import write_text_atomic
+from data_builders.files import JsonlStore, write_text_atomic
 
 STEP_KEY = "train/global_step"
 METRICS_FILE = "metrics.jsonl"
@@ -61,16 +61,17 @@ class NullLogger:
 
 
 class MetricsFile:
-    """Appends every scalar log call to a JSON-lines file: ``{"train/global_step": N, ...values}``."""
+    """Appends every scalar log call to a JSON-lines file: ``{"train/global_step": N, ...values}``.
+
+    The training and the evaluation watcher may append at the same time; a line a kill cut short is
+    skipped by readers and ended before the next append (``data_builders.files.JsonlStore``)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._store = JsonlStore(self.path, key=STEP_KEY, shared=True)
 
     def log(self, values: dict[str, float], step: int) -> None:
-        line = json.dumps({STEP_KEY: step, **values}) + "\n"
-        with self.path.open("a") as out:  # one write per line: the watcher may append at the same time
-            out.write(line)
+        self._store.append([{STEP_KEY: step, **values}])
 
     def log_table(self, name: str, records: list[dict], step: int) -> None:
         pass  # the records are the run's per-sample results files already
@@ -168,7 +169,7 @@ class BothLoggers:
 def wandb_mode(mode: str) -> str:
     """Resolve ``auto``: online with an API key in the environment, offline without."""
     if mode != "auto":
-        return mode
+        return str(mode)  # a LoggerMode member: W&B wants the plain string
     return "online" if os.environ.get("WANDB_API_KEY") else "offline"
 
 

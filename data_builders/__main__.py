@@ -4,17 +4,19 @@ python -m data_builders builder=synthetic builder.root=data/synthetic
 python -m data_builders builder=ovi_train builder.captions=/data/activitynet/train.json \\
     builder.videos=/data/activitynet/videos builder.out=data/ovi_train
 python -m data_builders builder=ovi_train ... builder.questions.backend=endpoint \\
-    builder.questions.base_url=http://localhost:8000/v1 builder.questions.model=NAME
+    builder.questions.endpoint.base_url=http://localhost:8000/v1 builder.questions.model=NAME
 python -m data_builders builder=vp_sft builder.world=data/tracks_world builder.out=data/v2p_sft \\
-    builder.qc.blind=endpoint builder.qc.base_url=http://localhost:8000/v1 builder.qc.model=NAME
+    builder.qc.blind.backend=endpoint builder.qc.blind.endpoint.base_url=http://localhost:8000/v1 \\
+    builder.qc.blind.model=NAME
 python -m data_builders builder=export builder.dataset=data/v2p_sft/hf builder.format=swift \\
     builder.out=data/swift
 python -m data_builders builder=ovi_train --cfg job     # print the composed config and exit
 
-Relative paths are relative to the current directory. Hydra's record of each run (the composed
-config, the overrides) goes to ``outputs/build/<builder>/.hydra``. A misspelt key or a wrong type
-fails when the config is composed; a missing required path, or bad input data, prints one line
-``error: ...`` and exits 2.
+Each builder takes its config object whole: the dataclasses of data_builders/cli_config.py hold every
+setting, its default and what it means. Relative paths are relative to the current directory. Hydra's
+record of each run (the composed config, the overrides) goes to ``outputs/build/<builder>/.hydra``. A
+misspelt key, a wrong type or a value outside a closed choice fails when the config is composed; a
+missing required path, or bad input data, prints one line ``error: ...`` and exits 2.
 """
 
 from __future__ import annotations
@@ -43,53 +45,19 @@ def _synthetic(cfg: SyntheticDataConfig) -> None:
 def _ovi_train(cfg: OviTrainBuild) -> None:
     from data_builders.ovi_train import build_ovi_train
 
-    out = build_ovi_train(
-        cfg.captions,
-        cfg.videos,
-        cfg.out,
-        seed=cfg.seed,
-        mix=cfg.mix,
-        forms=cfg.forms,
-        words_per_second=cfg.words_per_second,
-        source=cfg.source,
-        source_format=cfg.format,
-        source_options=dict(cfg.source_options),
-        questions=cfg.questions,
-    )
-    print(f"ovi_train: {out}")
+    print(f"ovi_train: {build_ovi_train(cfg)}")
 
 
 def _vp_sft(cfg: VpSftBuild) -> None:
-    from data_builders.vp_sft import DrawSettings, build_vp_sft
+    from data_builders.vp_sft import build_vp_sft
 
-    draw = DrawSettings(tuple(cfg.colours), tuple(cfg.line_widths), cfg.doodle_share)
-    out = build_vp_sft(
-        cfg.world,
-        cfg.out,
-        seed=cfg.seed,
-        questions_per_video=cfg.questions_per_video,
-        shapes=cfg.shapes,
-        kinds=cfg.kinds,
-        draw=draw,
-        qc=cfg.qc,
-        source_format=cfg.format,
-        source_options=dict(cfg.source_options),
-    )
-    print(f"vp_sft: {out}")
+    print(f"vp_sft: {build_vp_sft(cfg)}")
 
 
 def _export(cfg: ExportBuild) -> None:
     from data_builders.export import export_dataset
 
-    result = export_dataset(
-        cfg.dataset,
-        cfg.out,
-        cfg.format,
-        name=cfg.name,
-        system=cfg.system,
-        clip_fps=cfg.clip_fps,
-        clip_max_side=cfg.clip_max_side,
-    )
+    result = export_dataset(cfg)
     print(f"export: {result.path} ({result.rows} rows, {len(result.skipped)} left out)")
 
 

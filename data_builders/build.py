@@ -17,9 +17,14 @@ import json
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from data_builders.errors import SettingError
 from data_builders.files import write_json_atomic
+from data_builders.visual_prompts import PromptShape
+
+if TYPE_CHECKING:
+    from data_builders.cli_config import OviTrainBuild, VpSftBuild
 
 # Part of the build hash: bump it when the builders' output changes for the same config, so
 # existing builds are redone rather than reused. 2: OVI rows from the synthetic world say so.
@@ -30,12 +35,20 @@ BUILDER_VERSION = 3
 class SyntheticDataConfig:
     """The synthetic world and its derived datasets (used by the quickstart and the tests)."""
 
-    root: str = "${output_root}/data/synthetic"
-    seed: int = 0
-    train_videos: int = 240
-    eval_videos: int = 24
-    vp_questions_per_video: int = 6
-    shapes: list[str] = field(default_factory=lambda: ["rectangle", "ellipse", "arrow", "point"])
+    root: str = "${output_root}/data/synthetic"  # outputs/data/synthetic by default, for the quickstart too
+    seed: int = 0  # the training world's seed; the evaluation world's is seed + 1
+    train_videos: int = 240  # videos of the training world (V2P SFT, OVI-Train)
+    eval_videos: int = 24  # videos of the evaluation world (the V2P-Bench and OVIBench twins)
+    vp_questions_per_video: int = 6  # visual-prompt questions wanted per video
+    # visual-prompt shapes drawn from
+    shapes: list[PromptShape] = field(
+        default_factory=lambda: [
+            PromptShape.rectangle,
+            PromptShape.ellipse,
+            PromptShape.arrow,
+            PromptShape.point,
+        ]
+    )
     ovi_mix: list[int] = field(default_factory=lambda: [1, 2, 1])  # Cancellation : Correction : False Trigger
 
 
@@ -108,23 +121,35 @@ def _build_synthetic(cfg: SyntheticDataConfig) -> SyntheticPaths:
     worlds = {"train": root / "world_train", "eval": root / "world_eval"}
     build_world(worlds["train"], cfg.train_videos, seed=cfg.seed)
     build_world(worlds["eval"], cfg.eval_videos, seed=cfg.seed + 1)
-    shapes = tuple(cfg.shapes)
-    n_per_video = cfg.vp_questions_per_video
-    build_vp_sft(
-        worlds["train"], root / "v2p_sft", seed=cfg.seed, questions_per_video=n_per_video, shapes=shapes
-    )
-    build_vp_sft(
-        worlds["eval"], root / "v2p_bench", seed=cfg.seed + 1, questions_per_video=n_per_video, shapes=shapes
-    )
+    for split, out in (("train", root / "v2p_sft"), ("eval", root / "v2p_bench")):
+        build_vp_sft(_vp_sft_build(cfg, worlds[split], out, seed=cfg.seed + (split == "eval")))
     for split, out in (("train", root / "ovi_train"), ("eval", root / "ovibench")):
-        build_ovi_train(
-            worlds[split] / "activitynet_captions.json",
-            worlds[split] / "videos",
-            out,
-            seed=cfg.seed + (split == "eval"),
-            mix=tuple(cfg.ovi_mix),
-            # The captions are in ActivityNet's format, but the videos are the synthetic world's.
-            source="synthetic",
-        )
+        build_ovi_train(_ovi_train_build(cfg, worlds[split], out, seed=cfg.seed + (split == "eval")))
     write_json_atomic(marker, {"config_hash": config_hash, "config": asdict(cfg)}, indent=2)
     return _paths(root)
+
+
+def _vp_sft_build(cfg: SyntheticDataConfig, world: Path, out: Path, *, seed: int) -> VpSftBuild:
+    from data_builders.cli_config import VpSftBuild  # imported here: cli_config imports this module
+
+    return VpSftBuild(
+        world=str(world),
+        out=str(out),
+        seed=seed,
+        questions_per_video=cfg.vp_questions_per_video,
+        shapes=list(cfg.shapes),
+    )
+
+
+def _ovi_train_build(cfg: SyntheticDataConfig, world: Path, out: Path, *, seed: int) -> OviTrainBuild:
+    from data_builders.cli_config import OviTrainBuild
+
+    return OviTrainBuild(
+        captions=str(world / "activitynet_captions.json"),
+        videos=str(world / "videos"),
+        out=str(out),
+        seed=seed,
+        mix=list(cfg.ovi_mix),
+        # The captions are in ActivityNet's format, but the videos are the synthetic world's.
+        source="synthetic",
+    )

@@ -1,8 +1,10 @@
 """Typed configuration for ``python -m data_builders`` (``conf/build.yaml`` and ``conf/builder/``).
 
-Each builder's dataclass is stored in Hydra's ConfigStore in the ``builder`` group
-(``<name>_schema``), and ``conf/builder/<name>.yaml`` starts from it, so the chosen builder's node
-keeps its type: a misspelt key or a wrong type fails when the config is composed, naming the key.
+Each builder takes its dataclass whole (``build_ovi_train(cfg)``), and the dataclass is the one home of
+every default and its meaning; ``conf/builder/<name>.yaml`` sets only what differs. Each dataclass is
+stored in Hydra's ConfigStore in the ``builder`` group (``<name>_schema``), and the yaml starts from it,
+so the chosen builder's node keeps its type: a misspelt key, a wrong type or a value outside a closed
+choice (a :class:`~data_builders.choice.Choice`) fails when the config is composed, naming the key.
 (A ``builder`` field typed as a Union of the dataclasses would not work: OmegaConf cannot type it.)
 Imports no torch and no builder, so composing a config stays cheap.
 """
@@ -16,32 +18,72 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from data_builders.build import SyntheticDataConfig
+from data_builders.choice import Choice
 from data_builders.qc import QcConfig
 from data_builders.questions import QuestionConfig
+from data_builders.visual_prompts import PromptShape
+
+
+class SourceFormat(Choice):
+    """How OVI-Train reads its annotations: the keys of :data:`data_builders.sources.SOURCES`."""
+
+    activitynet = "activitynet"  # ActivityNet Captions JSON
+    qvhighlights = "qvhighlights"  # QVHighlights JSONL: each query's relevant windows
+    youcook2 = "youcook2"  # YouCook2 annotations JSON: recipe steps
+    ucf_crime = "ucf_crime"  # UCF-Crime temporal anomaly annotations, in frames
+    moviechat = "moviechat"  # MovieChat-1K: a directory of per-video JSON files with breakpoint QA
+
+
+class ItemForm(Choice):
+    """How an OVI-Train instance is written (:data:`data_builders.ovi_format.FORMATS`)."""
+
+    open = "open"  # the reaction in words
+    mcq = "mcq"  # four continuations to choose from
+
+
+class TrackFormat(Choice):
+    """How visual-prompt SFT reads its tracks: the keys of ``data_builders.sources.tracks.TRACK_FORMATS``."""
+
+    generic = "generic"  # tracks/*.json beside their videos (the synthetic world's layout)
+    got10k = "got10k"  # a GOT-10k split root of sequence folders
+    lasot = "lasot"  # a LaSOT root of <class>/<class>-<n> sequence folders
+
+
+# Made by a call rather than a class statement: one kind is named `class`, a keyword. The order is that of
+# the kinds' category codes in the rows (1-7, see data_builders/vp_sft.py).
+QuestionKind = Choice(
+    "QuestionKind",
+    [(kind, kind) for kind in ("colour", "shape", "direction", "count", "order", "visibility", "class")],
+    module=__name__,
+)
+QuestionKind.__doc__ = """A visual-prompt question kind (the table in :mod:`data_builders.vp_sft`)."""
+
+
+class ExportFormat(Choice):
+    """The training tool an export is for."""
+
+    llamafactory = "llamafactory"  # <name>.json and its dataset_info.json entry (sharegpt formatting)
+    swift = "swift"  # ms-swift: <name>.jsonl of {messages, videos, images}
 
 
 @dataclass
 class OviTrainBuild:
-    """OVI-Train from a source dataset's annotations (``format``: a key of ``data_builders.sources.SOURCES``).
-
-    See :func:`~data_builders.ovi_train.build_ovi_train`.
-    """
+    """OVI-Train from a source dataset's annotations; see :func:`~data_builders.ovi_train.build_ovi_train`."""
 
     captions: str = MISSING  # the annotation file (a directory of JSON files for moviechat)
     videos: str = MISSING  # directory holding the annotated videos (<key>.mp4 for activitynet)
     out: str = MISSING  # output directory: ovibench.jsonl, videos/, hf/, stats.md, build_info.json
-    seed: int = 0
-    # Cancellation : Correction : False Trigger
+    seed: int = 0  # every random choice of the build
+    # interruption type weights, Cancellation : Correction : False Trigger
     mix: list[float] = field(default_factory=lambda: [1.0, 2.0, 1.0])
-    forms: list[str] = field(default_factory=lambda: ["open", "mcq"])  # each instance once per form
+    # each instance is written once per form
+    forms: list[ItemForm] = field(default_factory=lambda: [ItemForm.open, ItemForm.mcq])
     words_per_second: float = 2.5  # speaking rate that times the interruption
-    # activitynet | qvhighlights | youcook2 | ucf_crime | moviechat: how `captions` is read
-    format: str = "activitynet"
+    format: SourceFormat = SourceFormat.activitynet  # how `captions` is read
     # the reader's options, e.g. {subset: training} (youcook2), {window_s: 10} (moviechat)
     source_options: dict[str, Any] = field(default_factory=dict)
     source: str | None = None  # the source name stored in each row; None: the format's name
-    # question generation: backend template (default) | endpoint | hf, model, base_url, cache, frames ...
-    questions: QuestionConfig = field(default_factory=QuestionConfig)
+    questions: QuestionConfig = field(default_factory=QuestionConfig)  # question generation (questions.py)
 
 
 @dataclass
@@ -50,21 +92,29 @@ class VpSftBuild:
 
     world: str = MISSING  # generic: directory with tracks/*.json and videos; got10k/lasot: the dataset root
     out: str = MISSING  # output directory: v2p/ (release format), hf/, stats.md, build_info.json
-    seed: int = 0
-    questions_per_video: int = 4
-    shapes: list[str] = field(default_factory=lambda: ["rectangle", "ellipse", "arrow", "point"])
-    # colour | shape | direction | count | order | visibility | class (each where the track supports it)
-    kinds: list[str] = field(
-        default_factory=lambda: ["colour", "shape", "direction", "count", "order", "visibility", "class"]
+    seed: int = 0  # every random choice of the build
+    questions_per_video: int = 4  # wanted; fewer where a track supports fewer
+    # prompt shapes drawn from
+    shapes: list[PromptShape] = field(
+        default_factory=lambda: [
+            PromptShape.rectangle,
+            PromptShape.ellipse,
+            PromptShape.arrow,
+            PromptShape.point,
+        ]
     )
+    # question kinds drawn from, each only where the track supports it
+    kinds: list[QuestionKind] = field(default_factory=lambda: list(QuestionKind))
+    # prompt stroke colours: keys of visual_prompts.PROMPT_COLOURS
     colours: list[str] = field(
         default_factory=lambda: ["red", "green", "blue", "yellow", "white", "magenta", "cyan", "orange"]
     )
     line_widths: list[int] = field(default_factory=lambda: [2, 3])  # px on <= 256-px frames, scaled up above
     doodle_share: float = 0.25  # share of prompts drawn with a shaky hand
-    format: str = "generic"  # generic | got10k | lasot
-    source_options: dict[str, Any] = field(default_factory=dict)  # got10k/lasot: {fps, stride, max_side}
-    qc: QcConfig = field(default_factory=QcConfig)
+    format: TrackFormat = TrackFormat.generic  # how `world` is read
+    # the reader's options: got10k/lasot {fps, stride, max_side}, e.g. +builder.source_options.stride=2
+    source_options: dict[str, Any] = field(default_factory=dict)
+    qc: QcConfig = field(default_factory=QcConfig)  # quality control (qc.py)
 
 
 @dataclass
@@ -72,12 +122,12 @@ class ExportBuild:
     """An HF dataset of Sample rows as LLaMA-Factory or ms-swift data; see :mod:`data_builders.export`."""
 
     dataset: str = MISSING  # an hf/ directory a builder wrote (V2P SFT or OVI-Train)
-    format: str = "llamafactory"  # llamafactory | swift
+    format: ExportFormat = ExportFormat.llamafactory  # the training tool's format
     out: str = MISSING  # output directory
     name: str | None = None  # dataset name (file name, dataset_info.json key); None: the out folder's name
-    system: str | None = "You are a helpful assistant."  # None: no system message
+    system: str | None = "You are a helpful assistant."  # put first, as our chat format does; None: none
     clip_fps: float | None = 4.0  # frame rate of trimmed span clips; None: the source's
-    clip_max_side: int = 640
+    clip_max_side: int = 640  # longer side of trimmed span clips, px
 
 
 @dataclass

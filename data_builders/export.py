@@ -39,14 +39,14 @@ from typing import Any
 
 import numpy as np
 
+from data_builders.cli_config import ExportBuild, ExportFormat
 from data_builders.errors import DataError, DecodeError, SettingError
 from data_builders.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
 from data_builders.sample import Part, Sample
 
-EXPORT_FORMATS = ("llamafactory", "swift")
+EXPORT_FORMATS = tuple(fmt.value for fmt in ExportFormat)
 PLACEHOLDERS = {"video": "<video>", "image": "<image>"}
 EXPORT_INFO_FILE = "export_info.json"
-DEFAULT_SYSTEM = "You are a helpful assistant."  # what our adapter (and Qwen's template) puts first
 
 
 @dataclass
@@ -68,7 +68,7 @@ class ClipWriter:
         max_side: the clips' longer side at most this many pixels.
     """
 
-    def __init__(self, folder: Path, fps: float | None = 4.0, max_side: int = 640):
+    def __init__(self, folder: Path, fps: float | None, max_side: int):
         if (fps is not None and fps <= 0) or max_side < 2:
             raise SettingError(f"clip_fps and clip_max_side must be positive, got {fps}, {max_side}")
         self.folder, self.fps, self.max_side = folder, fps, max_side
@@ -167,22 +167,8 @@ def _check_shape(sample: Sample) -> None:
                 raise DataError(sample.id, "text already contains a <video>/<image> placeholder")
 
 
-def export_samples(
-    samples: Iterable[Sample],
-    out_dir: str | Path,
-    fmt: str,
-    *,
-    name: str | None = None,
-    system: str | None = DEFAULT_SYSTEM,
-    clip_fps: float | None = 4.0,
-    clip_max_side: int = 640,
-) -> ExportResult:
-    """Write ``samples`` in ``fmt`` (``llamafactory`` or ``swift``) under ``out_dir``.
-
-    Args:
-        name: the dataset's name (file name and dataset_info key); default: ``out_dir``'s name.
-        system: a system message put first; ``None``: none (the tool's template default applies).
-        clip_fps, clip_max_side: how trimmed span clips are written (see the module docstring).
+def export_samples(samples: Iterable[Sample], cfg: ExportBuild) -> ExportResult:
+    """Write ``samples`` in ``cfg.format`` under ``cfg.out`` (``cfg.dataset`` is not read).
 
     Returns:
         What was written and what was left out.
@@ -191,15 +177,15 @@ def export_samples(
         SettingError: an unknown format.
         DataError: no sample could be exported.
     """
-    if fmt not in EXPORT_FORMATS:
-        raise SettingError(f"format must be one of {EXPORT_FORMATS}, got {fmt!r}")
-    out_dir = Path(out_dir)
-    name = name or out_dir.resolve().name
-    clips = ClipWriter(out_dir / "clips", clip_fps, clip_max_side)
+    if cfg.format not in EXPORT_FORMATS:
+        raise SettingError(f"format must be one of {EXPORT_FORMATS}, got {cfg.format!r}")
+    fmt, out_dir = str(cfg.format), Path(cfg.out)
+    name = cfg.name or out_dir.resolve().name
+    clips = ClipWriter(out_dir / "clips", cfg.clip_fps, cfg.clip_max_side)
     rows, skipped = [], []
     for sample in samples:
         try:
-            rows.append(conversation(sample, clips, system))
+            rows.append(conversation(sample, clips, cfg.system))
         except (DataError, DecodeError) as err:
             skipped.append((sample.id, str(err)))
     if not rows:
@@ -274,18 +260,19 @@ def _write_info(out_dir: Path, fmt: str, name: str, result: ExportResult, rows: 
     write_text_atomic(out_dir / "README.md", readme)
 
 
-def export_dataset(dataset_dir: str | Path, out_dir: str | Path, fmt: str, **options: Any) -> ExportResult:
-    """:func:`export_samples` for an HF dataset saved by :func:`data_builders.files.save_samples`.
+def export_dataset(cfg: ExportBuild) -> ExportResult:
+    """:func:`export_samples` for ``cfg.dataset``, an HF dataset saved by a builder (``<out>/hf``).
 
     Raises:
-        DataError: ``dataset_dir`` is not such a dataset.
+        SettingError: an unknown format.
+        DataError: ``cfg.dataset`` is not such a dataset, or none of its samples could be exported.
     """
     import datasets  # imported here: heavy
 
     try:
-        rows = datasets.load_from_disk(str(dataset_dir))
+        rows = datasets.load_from_disk(str(cfg.dataset))
     except (FileNotFoundError, ValueError) as err:
-        raise DataError(str(dataset_dir), f"not a saved HF dataset: {err}") from None
+        raise DataError(str(cfg.dataset), f"not a saved HF dataset: {err}") from None
     if not isinstance(rows, datasets.Dataset) or "messages" not in rows.column_names:
-        raise DataError(str(dataset_dir), "expected a dataset of Sample rows (with a 'messages' column)")
-    return export_samples((Sample.from_row(row) for row in rows), out_dir, fmt, **options)
+        raise DataError(str(cfg.dataset), "expected a dataset of Sample rows (with a 'messages' column)")
+    return export_samples((Sample.from_row(row) for row in rows), cfg)

@@ -23,6 +23,7 @@ from data_builders import decode_worker
 from data_builders.choice import Choice
 from data_builders.errors import DecodeError
 from data_builders.files import atomic_path
+from data_builders.sample import Sample
 
 # Qwen-VL style models see frames as 14-px patches merged 2x2, so sides are multiples of 28.
 PATCH_GRID = 28
@@ -241,3 +242,28 @@ class FrameCache:
                 span_frames=clip.span_frames,
             )
         return clip
+
+
+def check_media(
+    samples: list[Sample], spec: MediaSpec, cache: FrameCache, desc: str
+) -> tuple[list[Sample], list[dict[str, str]]]:
+    """Decode every sample's media once (warming the cache); split off the samples whose media fail.
+
+    Returns:
+        (usable samples, quarantined entries ``{"id", "file", "reason"}``).
+    """
+    from tqdm import tqdm
+
+    usable, quarantined = [], []
+    for sample in tqdm(samples, desc=f"decode {desc}", unit="sample"):
+        try:
+            for turn in sample.turns:
+                for part in turn.parts:
+                    if part.type == "video":
+                        cache.clip(part.path, part.start, part.end, spec)
+                    elif part.type == "image":
+                        load_image(part.path, spec)
+            usable.append(sample)
+        except DecodeError as exc:
+            quarantined.append({"id": sample.id, "file": exc.path, "reason": exc.reason})
+    return usable, quarantined

@@ -1,4 +1,4 @@
-"""OVI-Train (and the synthetic OVIBench) from ActivityNet-Captions-format annotations.
+"""OVI-Train (and the synthetic OVIBench) from a source dataset's temporal annotations.
 
 Following the paper's pipeline: caption segments are the scenes; each scene gets a question whose
 answer is grounded in the segment, from templates (the default) or a VLM/LLM (see
@@ -14,41 +14,36 @@ captions, and simple real ones such as "a red circle ..."); other captions get t
 only. A Correction switches to another question of the same kind: another object, another time
 window, or another source or generated question.
 
-The source readers (ActivityNet, QVHighlights, YouCook2, UCF-Crime, MovieChat; chosen by
-``source_format``) and the caption model live in :mod:`data_builders.sources`; the ActivityNet reader
-and the caption model stay importable from here. A caption with its own question (MovieChat's
-breakpoint QA) is asked that question, and a correction to it asks another such question.
+The five source readers of :mod:`data_builders.sources` (ActivityNet Captions, QVHighlights, YouCook2,
+UCF-Crime, MovieChat; the config's ``format`` picks one) turn each dataset's annotations into the same
+captioned segments. A caption with its own question (MovieChat's breakpoint QA) is asked that question,
+and a correction to it asks another such question.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from data_builders.cli_config import OviTrainBuild
 from data_builders.errors import DataError, SettingError
 from data_builders.files import crosstab_markdown, link_or_copy, save_samples, write_reports
 from data_builders.ovi_format import FORMATS, LETTERS, OVI_TYPES, load_ovibench, write_ovibench
-from data_builders.questions import (  # noqa: F401  (the vocabularies are re-exported)
-    COLOUR_WORDS,
+from data_builders.questions import (
     QA,
-    SHAPE_WORDS,
-    QuestionConfig,
     QuestionContext,
     QuestionGenerator,
-    TemplateQuestions,
     make_question_generator,
     video_questions,
 )
 from data_builders.sources import read_source
-from data_builders.sources.activitynet import load_activitynet_captions  # noqa: F401  (re-exported)
 from data_builders.sources.captions import Caption, CaptionedVideo
 
-DEFAULT_MIX = {"Cancellation": 1, "Correction": 2, "False Trigger": 1}
 CANCELLATION_UTTERANCES = (
     "Stop, never mind.",
     "Okay, that's enough.",
@@ -121,16 +116,19 @@ def _pick(options: Sequence[str], rng: np.random.Generator) -> str:
     return options[int(rng.integers(len(options)))]
 
 
-def mix_shares(mix: Mapping[str, float] | Sequence[float]) -> dict[str, float]:
-    """Normalise a type mix; a sequence is read as (Cancellation, Correction, False Trigger)."""
-    if not isinstance(mix, Mapping):
-        if len(mix) != 3:
-            raise SettingError(f"mix needs 3 weights (Cancellation, Correction, False Trigger), got {mix}")
-        mix = dict(zip(("Cancellation", "Correction", "False Trigger"), mix, strict=True))
-    if set(mix) != set(OVI_TYPES) or min(mix.values()) < 0 or sum(mix.values()) <= 0:
-        raise SettingError(f"mix needs non-negative weights for {OVI_TYPES}, got {mix}")
-    total = sum(mix.values())
-    return {t: mix[t] / total for t in OVI_TYPES}
+def mix_shares(mix: Sequence[float]) -> dict[str, float]:
+    """Each interruption type's share of a mix of weights (Cancellation, Correction, False Trigger).
+
+    Raises:
+        SettingError: not 3 weights, a negative one, or all zero.
+    """
+    if len(mix) != 3:
+        raise SettingError(f"mix needs 3 weights (Cancellation, Correction, False Trigger), got {list(mix)}")
+    weights = dict(zip(("Cancellation", "Correction", "False Trigger"), mix, strict=True))
+    if min(weights.values()) < 0 or sum(weights.values()) <= 0:
+        raise SettingError(f"mix needs non-negative weights, not all zero, got {list(mix)}")
+    total = sum(weights.values())
+    return {t: weights[t] / total for t in OVI_TYPES}
 
 
 def _choose_type(
@@ -220,54 +218,45 @@ def _mcq_fields(instance: dict, letters: Counter, rng: np.random.Generator) -> d
 
 
 def build_ovi_items(
-    captions_path: str | Path,
-    videos_dir: str | Path,
-    *,
-    seed: int,
-    mix: Mapping[str, float] | Sequence[float] = DEFAULT_MIX,
-    forms: Sequence[str] = FORMATS,
-    words_per_second: float = 2.5,
-    source: str | None = None,
-    video_prefix: str = "videos",
-    source_format: str = "activitynet",
-    source_options: Mapping[str, Any] | None = None,
-    questions: QuestionGenerator | None = None,
+    cfg: OviTrainBuild, questions: QuestionGenerator | None = None
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """Build OVIBench-format rows from a source's annotations and the videos under ``videos_dir``.
+    """Build OVIBench-format rows from ``cfg.captions`` and the videos under ``cfg.videos``.
+
+    Rows store ``videos/<video file>``, where the video file is its path under ``cfg.videos``
+    (``<key>.mp4`` unless the reader found it elsewhere).
 
     Args:
-        captions_path: the annotation file (a directory of JSON files for MovieChat).
-        source_format: which reader of :data:`data_builders.sources.SOURCES` reads ``captions_path``.
-        source_options: keyword options for that reader (e.g. ``{"subset": "training"}``).
-        mix: type weights, a mapping or ``(Cancellation, Correction, False Trigger)``.
-        forms: any of ``"open"``, ``"mcq"``; each instance is written once per form.
-        words_per_second: speaking rate mapping the answer's cut word to the interruption time.
-        source: provenance name stored in each row (e.g. ``"synthetic"`` for the synthetic world);
-            defaults to ``source_format``.
-        video_prefix: rows store ``<video_prefix>/<video file>``, relative to the caller's root, where the
-            video file is its path under ``videos_dir`` (``<key>.mp4`` unless the reader found it elsewhere).
-        questions: the question generator (:mod:`data_builders.questions`); ``None``: templates.
+        cfg: the build's settings (``out`` is read only for a model's default question cache).
+        questions: the question generator; ``None``: the one ``cfg.questions`` names.
 
     Returns:
         ``(rows, quarantined)``: quarantine reasons for bad segments, missing videos, segments that
         got no question, and answers too short to interrupt (fewer than two words).
 
     Raises:
-        SettingError: a bad ``mix``, ``forms``, ``source_format`` or ``source_options``.
-        DataError: an unreadable or malformed captions file (every bad entry listed).
+        SettingError: a bad ``mix``, ``forms``, ``format``, ``source_options`` or question setting.
+        DataError: an unreadable or malformed annotation file (every bad entry listed).
         TextModelError: a model backend failed on the first 3 segments it was asked about.
     """
-    if not set(forms) <= set(FORMATS) or not forms:
-        raise SettingError(f"forms must be a non-empty subset of {FORMATS}, got {forms}")
-    shares, rng = mix_shares(mix), np.random.default_rng(seed)
-    source, questions = source or source_format, questions or TemplateQuestions()
-    videos, quarantined = read_source(source_format, captions_path, videos_dir, **(source_options or {}))
+    shares = mix_shares(cfg.mix)
+    return _items(cfg, shares, questions or make_question_generator(cfg.questions, cfg.out))
+
+
+def _items(
+    cfg: OviTrainBuild, shares: dict[str, float], questions: QuestionGenerator
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """:func:`build_ovi_items` with the mix already normalised."""
+    if not set(cfg.forms) <= set(FORMATS) or not cfg.forms:
+        raise SettingError(f"forms must be a non-empty subset of {FORMATS}, got {[*map(str, cfg.forms)]}")
+    rng, videos_dir = np.random.default_rng(cfg.seed), Path(cfg.videos)
+    source = str(cfg.source or cfg.format)
+    videos, quarantined = read_source(cfg.format, cfg.captions, videos_dir, **cfg.source_options)
     present = []
     for video in videos:
-        if not (Path(videos_dir) / video.file).is_file():
+        if not (videos_dir / video.file).is_file():
             quarantined.append(f"{video.key}: video not found in {videos_dir} (as {video.file})")
             continue
-        present.append((video, QuestionContext(Path(videos_dir) / video.file)))
+        present.append((video, QuestionContext(videos_dir / video.file)))
     questions.prefetch(present)  # concurrent model requests, when the generator is set up for them
     scenes = []
     for video, context in present:
@@ -278,21 +267,21 @@ def build_ovi_items(
         if len(scene.qa.answer.split()) < 2:  # no word boundary inside it to interrupt at
             quarantined.append(f"{scene.video.key}[{scene.caption.index}]: answer too short to interrupt")
             continue
-        instance = _instance(scene, shares, type_counts, words_per_second, rng)
+        instance = _instance(scene, shares, type_counts, cfg.words_per_second, rng)
         if instance is None:
             quarantined.append(
                 f"{scene.video.key}[{scene.caption.index}]: no interruption type of the mix fits"
             )
             continue
         base = {
-            "video_path": f"{video_prefix}/{scene.video.file}",
+            "video_path": f"videos/{scene.video.file}",
             "duration": scene.video.duration,
             "source": source,
             "source_id": scene.video.key,
             "segment": [scene.caption.start, scene.caption.end],
             **{k: v for k, v in instance.items() if not k.startswith("_")},
         }
-        for form in forms:
+        for form in map(str, cfg.forms):
             extra = _mcq_fields(instance, letters, rng) if form == "mcq" else {}
             row_id = f"{source}-{scene.video.key}-{scene.caption.index:03d}-{form}"
             rows.append({"id": row_id, **base, "format": form, **extra})
@@ -300,61 +289,37 @@ def build_ovi_items(
     return rows, quarantined
 
 
-def build_ovi_train(
-    captions_path: str | Path,
-    videos_dir: str | Path,
-    out_dir: str | Path,
-    *,
-    seed: int,
-    mix: Mapping[str, float] | Sequence[float] = DEFAULT_MIX,
-    forms: Sequence[str] = FORMATS,
-    words_per_second: float = 2.5,
-    source: str | None = None,
-    source_format: str = "activitynet",
-    source_options: Mapping[str, Any] | None = None,
-    questions: QuestionConfig | None = None,
-) -> Path:
-    """Write ``ovibench.jsonl``, ``videos/``, ``hf/``, ``stats.md`` and ``build_info.json`` to ``out_dir``.
+def build_ovi_train(cfg: OviTrainBuild) -> Path:
+    """Write ``ovibench.jsonl``, ``videos/``, ``hf/``, ``stats.md`` and ``build_info.json`` to ``cfg.out``.
 
-    Serves both OVI-Train and, on held-out videos, the synthetic OVIBench. Arguments as in
-    :func:`build_ovi_items`; ``questions`` picks the question backend (default: templates), whose
-    cache defaults to ``<out_dir>/question_cache.jsonl``. The HF dataset holds what
-    :func:`load_ovibench` makes of the written files, so training sees exactly what the benchmark
-    loader produces.
+    Serves both OVI-Train and, on held-out videos, the synthetic OVIBench. Rows as in
+    :func:`build_ovi_items`; a model's question cache defaults to ``<out>/question_cache.jsonl``. The HF
+    dataset holds what :func:`load_ovibench` makes of the written files, so training sees exactly what
+    the benchmark loader produces.
 
     Returns:
-        ``out_dir``.
+        ``cfg.out`` as a path.
     """
-    out_dir = Path(out_dir)
-    generator = make_question_generator(questions, out_dir)
-    settings = {
-        "mix": mix_shares(mix),
-        "forms": list(forms),
-        "words_per_second": words_per_second,
-        "source": source or source_format,
-        "source_format": source_format,
-        "source_options": dict(source_options or {}),
-    }
-    rows, quarantined = build_ovi_items(
-        captions_path,
-        videos_dir,
-        seed=seed,
-        mix=mix,
-        forms=forms,
-        words_per_second=words_per_second,
-        source=source,
-        source_format=source_format,
-        source_options=source_options,
-        questions=generator,
-    )
-    settings["questions"] = generator.summary()
+    out_dir = Path(cfg.out)
+    shares = mix_shares(cfg.mix)
+    generator = make_question_generator(cfg.questions, out_dir)
+    rows, quarantined = _items(cfg, shares, generator)
     if not rows:
-        raise DataError(str(captions_path), f"no usable caption segments ({len(quarantined)} quarantined)")
+        raise DataError(str(cfg.captions), f"no usable caption segments ({len(quarantined)} quarantined)")
     for file in sorted({r["video_path"].removeprefix("videos/") for r in rows}):
-        link_or_copy(Path(videos_dir) / file, out_dir / "videos" / file)
+        link_or_copy(Path(cfg.videos) / file, out_dir / "videos" / file)
     write_ovibench(rows, out_dir)
     save_samples(load_ovibench(out_dir), out_dir / "hf")
-    _write_reports(out_dir, rows, quarantined, seed=seed, captions=str(captions_path), settings=settings)
+    settings = {
+        "mix": shares,
+        "forms": [str(form) for form in cfg.forms],
+        "words_per_second": cfg.words_per_second,
+        "source": str(cfg.source or cfg.format),
+        "source_format": str(cfg.format),
+        "source_options": dict(cfg.source_options),
+        "questions": generator.summary(),
+    }
+    _write_reports(out_dir, rows, quarantined, seed=cfg.seed, captions=str(cfg.captions), settings=settings)
     return out_dir
 
 

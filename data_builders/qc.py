@@ -4,16 +4,16 @@ Steps, in the order :func:`run_qc` applies them; each returns a :class:`QcStep` 
 and what it removed, by id and with a reason, for ``stats.md`` and ``build_info.json``:
 
 1. ``option_length`` — drop a question whose options differ too much in length (a long right answer
-   is a give-away). Lengths are counted in characters, each at least ``option_length_floor``
-   (default 8), so short words ("up", "3", "red") never trip it; the question goes when the longest
-   is more than ``option_length_ratio`` (default 2.5) times the shortest. ``None`` turns it off.
-2. ``blind`` — a text-only model answers each question ``rounds`` times (default 2) without the
-   video or the frame; a question it gets right every round is answerable from the words alone
-   and is dropped. Round ``r`` shows the options rotated by ``r`` places, so greedy decoding still
-   asks two different questions and a model that always says "A" cannot pass. A reply with no
-   option letter counts as wrong. ``builder.qc.blind`` is a text model (``backend``: ``none``,
-   ``local`` — a Hugging Face model directory, causal LM or a VLM used text-only — or ``endpoint`` —
-   an OpenAI-compatible ``/chat/completions`` server).
+   is a give-away). Lengths are counted in characters, each at least ``option_length_floor``, so
+   short words ("up", "3", "red") never trip it; the question goes when the longest is more than
+   ``option_length_ratio`` times the shortest. ``None`` turns it off.
+2. ``blind`` — a text-only model answers each question ``rounds`` times without the video or the
+   frame; a question it gets right every round is answerable from the words alone and is dropped.
+   Round ``r`` shows the options rotated by ``r`` places, so greedy decoding still asks two different
+   questions and a model that always says "A" cannot pass. A reply with no option letter counts as
+   wrong. ``builder.qc.blind`` is a text model (``backend``: ``none``, ``local`` — a Hugging Face model
+   directory, causal LM or a VLM used text-only — or ``endpoint`` — an OpenAI-compatible
+   ``/chat/completions`` server).
 3. ``shuffle`` — option order shuffled.
 4. ``letters`` — answer letters balanced (each row takes the least used letter it can; rows with
    fewer options go first), which puts every letter within 3 points of uniform whenever the mix
@@ -51,11 +51,11 @@ class BlindFilterConfig(TextModelConfig):
 class QcConfig:
     """Quality-control settings (``builder.qc.*`` on the command line)."""
 
-    blind: BlindFilterConfig = field(default_factory=BlindFilterConfig)
-    option_length_ratio: float | None = 2.5  # None: no option-length rule
-    option_length_floor: int = 8
-    shuffle_options: bool = True
-    balance_letters: bool = True
+    blind: BlindFilterConfig = field(default_factory=BlindFilterConfig)  # backend none: no blind filter
+    option_length_ratio: float | None = 2.5  # drop if longest option > ratio x shortest; None: no such rule
+    option_length_floor: int = 8  # option lengths count as at least this many characters
+    shuffle_options: bool = True  # shuffle each question's options
+    balance_letters: bool = True  # answer letters within 3 points of uniform where the option counts allow
 
 
 @dataclass
@@ -76,7 +76,7 @@ class QcStep:
 # --- the steps --------------------------------------------------------------------------------
 
 
-def option_length_filter(rows: list[dict[str, Any]], max_ratio: float | None, floor: int = 8) -> QcStep:
+def option_length_filter(rows: list[dict[str, Any]], max_ratio: float | None, floor: int) -> QcStep:
     """Drop rows whose longest option is more than ``max_ratio`` times the shortest (lengths >= ``floor``)."""
     if max_ratio is None:
         return QcStep("option_length", list(rows), info={"skipped": True})
@@ -98,9 +98,7 @@ def first_letter(reply: str, n_options: int) -> int | None:
     return ord(match.group(1)) - ord("A") if match else None
 
 
-def blind_filter(
-    rows: list[dict[str, Any]], model: TextModel | None, *, rounds: int = 2, rotate: bool = True
-) -> QcStep:
+def blind_filter(rows: list[dict[str, Any]], model: TextModel | None, *, rounds: int, rotate: bool) -> QcStep:
     """Drop rows a text-only model answers right in every round (see the module docstring).
 
     A row the model could not be asked about (:class:`TextModelError`) is kept and listed as

@@ -3,9 +3,9 @@
 :class:`QuestionGenerator` turns one caption segment of a video into the questions asked at its end,
 each a :class:`QA` whose answer is grounded in the segment. Backends (``builder.questions.backend``):
 
-* ``none`` (default) — template questions, no model: a time-window question per distinct segment ("What happens in
-  the video between 2.0 s and 8.0 s?", answered by its captions) and "Describe what the X does." per
-  object of a closed colour/shape vocabulary, described by its longest caption.
+* ``none`` (default) — template questions, no model: a time-window question per distinct segment
+  ("What happens in the video between 2.0 s and 8.0 s?", answered by its captions) and "Describe what
+  the X does." per object of a closed colour/shape vocabulary, described by its longest caption.
 * ``endpoint`` — an OpenAI-compatible ``/chat/completions`` server (vLLM, SGLang, hosted APIs). The
   prompt gives the segment's times and captions and, unless ``frames`` is 0, that many frames of the
   segment as base64 JPEG ``image_url`` parts; the model replies ``{"question": ..., "answer": ...}``.
@@ -15,13 +15,13 @@ Every backend asks a caption's own question (MovieChat's breakpoint QA) as the s
 
 Model replies are parsed (the first JSON object in the reply) and validated; an invalid reply is
 asked again, up to ``attempts`` tries, each time saying what was wrong. Replies are cached in a JSONL
-file (:class:`~data_builders.files.JsonlStore`), one line per segment appended as soon as it is made, keyed by the sha1 of (backend
-identity, :data:`PROMPT_VERSION`, video id, segment, caption text): a rerun after a crash asks only
-for what is missing, and a cut last line is dropped and asked again. A segment whose replies stayed
-invalid is cached as failed (a rerun does not ask again unless ``retry_failed``) and quarantined with
-the reason; a segment lost to an error (HTTP 5xx after retries, no connection, undecodable frames) is
-quarantined but not cached, so a rerun tries it again. Three such errors before any reply stop the
-build: the model is unreachable or misconfigured.
+file (:class:`~data_builders.files.JsonlStore`), one line per segment appended as soon as it is made,
+keyed by the sha1 of (backend identity, :data:`PROMPT_VERSION`, video id, segment, caption text): a
+rerun after a crash asks only for what is missing, and a last line a kill cut short is skipped and its
+segment asked again. A segment whose replies stayed invalid is cached as failed (a rerun does not ask
+again unless ``retry_failed``) and quarantined with the reason; a segment lost to an error (HTTP 5xx
+after retries, no connection, undecodable frames) is quarantined but not cached, so a rerun tries it
+again. Three such errors before any reply stop the build: the model is unreachable or misconfigured.
 
 With ``endpoint.workers`` > 1, every segment a build needs is asked for first, that many
 requests in flight at once (:meth:`ModelQuestions.prefetch`); the build then reads the cache in its
@@ -40,7 +40,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -335,34 +335,22 @@ class ModelQuestions:
     """One generated question per segment from a text model (endpoint or local), cached.
 
     Args:
-        model: answers prompts (:class:`~data_builders.text_models.TextModel`); with ``frames`` > 0
-            it must also have ``chat`` (:class:`~data_builders.text_models.EndpointTextModel`).
-        frames: frames of the segment sent as JPEG images; 0: captions only.
+        model: answers prompts (:class:`~data_builders.text_models.TextModel`); with ``config.frames``
+            > 0 it must also have ``chat`` (:class:`~data_builders.text_models.EndpointTextModel`).
+        config: frames sent per segment, tries, retrying failed segments, and ``endpoint.workers``:
+            requests in flight at once in :meth:`prefetch` (1: none ahead of ``generate``).
         cache: where generated questions are kept (``None``: in memory only).
-        attempts: tries while the reply is invalid.
-        retry_failed: ask again for segments cached as failed.
-        frame_max_pixels: pixel budget per frame.
-        workers: requests in flight at once in :meth:`prefetch` (1: none ahead of ``generate``).
     """
 
-    def __init__(
-        self,
-        model: TextModel,
-        *,
-        frames: int = 0,
-        cache: str | Path | None = None,
-        attempts: int = 3,
-        retry_failed: bool = False,
-        frame_max_pixels: int = 448 * 448,
-        workers: int = 1,
-    ):
+    def __init__(self, model: TextModel, config: QuestionConfig, cache: str | Path | None):
+        frames, attempts, workers = config.frames, config.attempts, config.endpoint.workers
         if attempts < 1 or frames < 0 or workers < 1:
             raise SettingError(
-                "questions.attempts and questions.workers must be >= 1 and frames >= 0, "
+                "builder.questions.attempts and .endpoint.workers must be >= 1 and .frames >= 0, "
                 f"got {attempts}, {workers}, {frames}"
             )
-        self.model, self.frames, self.attempts = model, frames, attempts
-        self.retry_failed, self.frame_max_pixels, self.workers = retry_failed, frame_max_pixels, workers
+        self.model, self.frames, self.attempts, self.workers = model, frames, attempts, workers
+        self.retry_failed, self.frame_max_pixels = config.retry_failed, config.frame_max_pixels
         self.identity = f"{model.identity}|frames={frames}"
         self.cache_path = Path(cache) if cache else None
         self._store = JsonlStore(cache, key="key") if cache else None
@@ -544,28 +532,21 @@ class ModelQuestions:
 
 
 def make_question_generator(
-    config: QuestionConfig | None = None,
+    config: QuestionConfig,
     out_dir: str | Path | None = None,
     *,
     sleep: Callable[[float], None] = time.sleep,
 ) -> QuestionGenerator:
-    """The generator ``config`` names; the cache defaults to ``<out_dir>/question_cache.jsonl``.
+    """The generator ``config`` names; a model's cache defaults to ``<out_dir>/question_cache.jsonl``
+    (with neither, it is kept in memory only).
 
     Raises:
         SettingError: a setting the backend needs is missing or malformed.
     """
-    config = config or QuestionConfig()
     model = make_text_model(config, "builder.questions", sleep=sleep)
     if model is None:
         return TemplateQuestions()
     cache = config.cache or (Path(out_dir) / "question_cache.jsonl" if out_dir else None)
-    local = config.backend is TextBackend.local  # text only: a local model sees the captions, not the frames
-    return ModelQuestions(
-        model,
-        frames=0 if local else config.frames,
-        frame_max_pixels=config.frame_max_pixels,
-        workers=1 if local else config.endpoint.workers,
-        cache=cache,
-        attempts=config.attempts,
-        retry_failed=config.retry_failed,
-    )
+    if config.backend == TextBackend.local:  # text only, one request at a time: it sees no frames
+        config = replace(config, frames=0, endpoint=replace(config.endpoint, workers=1))
+    return ModelQuestions(model, config, cache)

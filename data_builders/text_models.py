@@ -85,13 +85,16 @@ def make_text_model(
     Raises:
         SettingError: a setting the backend needs is missing or malformed.
     """
-    if cfg.backend is TextBackend.none:
+    try:
+        backend = TextBackend(cfg.backend)  # a config built in code may name it as a string
+    except ValueError:
+        known = ", ".join(TextBackend)
+        raise SettingError(f"{key}.backend must be one of {known}, got {cfg.backend!r}") from None
+    if backend is TextBackend.none:
         return None
     if not cfg.model:
-        raise SettingError(
-            f"{key}.backend={cfg.backend} needs {key}.model (a served name or a model directory)"
-        )
-    if cfg.backend is TextBackend.local:
+        raise SettingError(f"{key}.backend={backend} needs {key}.model (a served name or a model directory)")
+    if backend is TextBackend.local:
         return LocalTextModel(cfg.model, temperature=cfg.temperature, max_tokens=cfg.max_tokens)
     if not cfg.endpoint.base_url:
         raise SettingError(

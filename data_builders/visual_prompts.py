@@ -18,10 +18,26 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from data_builders.choice import Choice
+
 Box = tuple[float, float, float, float]
 Points = list[tuple[float, float]]
 
-SHAPES = ("rectangle", "ellipse", "triangle", "mask_contour", "scribble", "point", "arrow", "som")
+
+class PromptShape(Choice):
+    """The 8 visual-prompt shapes of V2P-Bench."""
+
+    rectangle = "rectangle"
+    ellipse = "ellipse"
+    triangle = "triangle"
+    mask_contour = "mask_contour"  # a ring around the object's mask (its box's ellipse without one)
+    scribble = "scribble"
+    point = "point"
+    arrow = "arrow"
+    som = "som"  # a Set-of-Mark number tag
+
+
+SHAPES = tuple(shape.value for shape in PromptShape)
 
 PROMPT_NOUNS: dict[str, str] = {
     "rectangle": "the box",

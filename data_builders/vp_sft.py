@@ -34,7 +34,6 @@ import re
 import shutil
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +41,10 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
+from data_builders.cli_config import QuestionKind, VpSftBuild
 from data_builders.errors import DataError, DecodeError, SettingError
 from data_builders.files import atomic_path, crosstab_markdown, link_or_copy, save_samples, write_reports
-from data_builders.qc import QcConfig, QcStep, qc_markdown, run_qc
+from data_builders.qc import QcStep, qc_markdown, run_qc
 from data_builders.sources.tracks import TRACK_FORMATS, frames_visible, load_generic_track, read_tracks
 from data_builders.text_models import TextModel, make_text_model
 from data_builders.v2p_format import DIMENSIONS, load_v2p_release, render_question, write_v2p_release
@@ -57,8 +57,7 @@ from data_builders.visual_prompts import (
     scaled_width,
 )
 
-DEFAULT_SHAPES = ("rectangle", "ellipse", "arrow", "point")
-KINDS = ("colour", "shape", "direction", "count", "order", "visibility", "class")
+KINDS = tuple(kind.value for kind in QuestionKind)  # in the order of their category codes
 _CATEGORY = {kind: i for i, kind in enumerate(KINDS, start=1)}
 _DIRECTIONS = ("left", "right", "up", "down")
 _ORDER = ("before", "after", "at the same time")
@@ -75,60 +74,40 @@ _BEFORE = (
 _MIN_GAP_S = 0.5  # shorter absences (or returns) are too brief to tell apart by eye: no question
 
 
-@dataclass(frozen=True)
-class DrawSettings:
-    """How prompts look: colours (keys of ``PROMPT_COLOURS``), widths in px (for a <= 256-px frame;
-    thicker on larger frames), and the share drawn as a shaky hand-drawn doodle."""
-
-    colours: tuple[str, ...] = tuple(PROMPT_COLOURS)
-    widths: tuple[int, ...] = (2, 3)
-    doodle_share: float = 0.25
-
-
 def questions_from_tracks(
-    track_file: str | Path,
-    world_root: str | Path,
-    rng: np.random.Generator,
-    *,
-    out_root: str | Path,
-    **kwargs: Any,
+    track_file: str | Path, cfg: VpSftBuild, rng: np.random.Generator, *, out_root: str | Path
 ) -> list[dict[str, Any]]:
-    """:func:`questions_from_track` for one generic track file, its video relative to ``world_root``."""
-    return questions_from_track(load_generic_track(track_file, world_root), rng, out_root=out_root, **kwargs)
+    """:func:`questions_from_track` for one generic track file, its video relative to ``cfg.world``."""
+    return questions_from_track(load_generic_track(track_file, cfg.world), cfg, rng, out_root=out_root)
 
 
 def questions_from_track(
     track: dict[str, Any],
+    cfg: VpSftBuild,
     rng: np.random.Generator,
     *,
     out_root: str | Path,
-    shapes: Sequence[str] = DEFAULT_SHAPES,
-    per_video: int = 4,
     vocab: dict[str, list[str]] | None = None,
-    kinds: Sequence[str] = KINDS,
-    draw: DrawSettings | None = None,
 ) -> list[dict[str, Any]]:
-    """Make up to ``per_video`` visual-prompt questions for one video and draw their frames.
+    """Make up to ``cfg.questions_per_video`` visual-prompt questions for one video and draw their frames.
 
     Writes ``<out_root>/frames/<source>/<qid>.jpg`` and links the video to
     ``<out_root>/videos/<source>/``.
 
     Args:
         track: an internal track (:mod:`data_builders.sources.tracks`).
+        cfg: the shapes, kinds and prompt looks drawn from, and the questions wanted (fewer when the
+            track supports fewer).
         rng: all randomness (target, kind, keyframe, prompt shape and style, option order).
         out_root: release root to write frames and videos under.
-        shapes: prompt shapes to draw from.
-        per_video: questions wanted; fewer when the track supports fewer.
         vocab: ``{"colour": [...], "shape": [...], "class": [...]}`` option pools; defaults to this
             track's values.
-        kinds: question kinds to draw from.
-        draw: prompt colours, widths and doodle share.
 
     Returns:
         Release-format rows (plus ``id``, ``prompt_shape``, ``prompt_style``, ``keyframe`` and
         ``target_id``), options shuffled.
     """
-    out_root, draw = Path(out_root), draw or DrawSettings()
+    out_root, per_video = Path(out_root), cfg.questions_per_video
     objects = track["objects"]
     vocab = vocab or attribute_vocab([track])
     items, seen = [], set()
@@ -136,8 +115,8 @@ def questions_from_track(
         if len(items) == per_video:
             break
         target = objects[int(rng.integers(len(objects)))]
-        usable = [k for k in kinds if _supports(k, target, track)]
-        shape = _prompt_shape(target, shapes, rng)
+        usable = [k for k in cfg.kinds if _supports(k, target, track)]
+        shape = _prompt_shape(target, cfg.shapes, rng)
         if not usable or shape is None:
             continue
         kind = usable[int(rng.integers(len(usable)))]
@@ -152,7 +131,7 @@ def questions_from_track(
     video = Path(track["video_path"])
     video_rel = f"{track['source']}/{track['video_id']}{video.suffix}"
     link_or_copy(video, out_root / "videos" / video_rel)
-    frames = _draw_frames(video, track, items, out_root, draw, rng)
+    frames = _draw_frames(video, track, items, out_root, cfg, rng)
     return [_row(track, item, video_rel, frame) for item, frame in zip(items, frames, strict=True)]
 
 
@@ -348,7 +327,7 @@ def _run_pattern(visible: np.ndarray, min_run: int) -> tuple[bool, ...] | None:
 
 
 def _draw_frames(
-    video: Path, track: dict, items: list[dict], out_root: Path, draw: DrawSettings, rng: np.random.Generator
+    video: Path, track: dict, items: list[dict], out_root: Path, cfg: VpSftBuild, rng: np.random.Generator
 ) -> list[str]:
     """Draw each item's prompt on its keyframe (where its target is visible); one decode per video."""
     import decord  # imported here: only frame drawing needs a decoder
@@ -366,9 +345,9 @@ def _draw_frames(
         image, target = by_index[item["keyframe"]], item["target"]
         style = sample_style(
             rng,
-            colours=draw.colours,
-            widths=draw.widths,
-            doodle_share=draw.doodle_share,
+            colours=cfg.colours,
+            widths=cfg.line_widths,
+            doodle_share=cfg.doodle_share,
             avoid=[target.get("attributes", {}).get("colour", "")],
         )
         polygons = target.get("masks", {}).get(str(item["keyframe"]))
@@ -415,102 +394,68 @@ def _row(track: dict[str, Any], item: dict[str, Any], video_rel: str, frame: str
     }
 
 
-def build_vp_sft(
-    world_root: str | Path,
-    out_dir: str | Path,
-    *,
-    seed: int,
-    questions_per_video: int = 4,
-    shapes: Sequence[str] = DEFAULT_SHAPES,
-    kinds: Sequence[str] = KINDS,
-    draw: DrawSettings | None = None,
-    qc: QcConfig | None = None,
-    source_format: str = "generic",
-    source_options: dict[str, Any] | None = None,
-    text_model: TextModel | None = None,
-) -> Path:
-    """Build visual-prompt QA from object tracks, with quality control.
+def build_vp_sft(cfg: VpSftBuild, *, text_model: TextModel | None = None) -> Path:
+    """Build visual-prompt QA from the object tracks of ``cfg.world``, with quality control.
 
-    Writes ``out_dir/v2p/`` (release format), ``out_dir/hf/`` (the samples
-    :func:`load_v2p_release` makes of it, so training sees what the benchmark loader produces),
-    ``out_dir/stats.md`` and ``out_dir/build_info.json`` (with every QC step's removals), and, for
-    frame-folder sources, the encoded videos under ``out_dir/source_videos/``.
+    Writes ``<out>/v2p/`` (release format), ``<out>/hf/`` (the samples :func:`load_v2p_release` makes of
+    it, so training sees what the benchmark loader produces), ``<out>/stats.md`` and
+    ``<out>/build_info.json`` (with every QC step's removals), and, for frame-folder sources, the encoded
+    videos under ``<out>/source_videos/``.
 
     Args:
-        world_root: a generic world (``tracks/*.json`` and videos) or a GOT-10k / LaSOT root.
-        source_format: ``generic``, ``got10k`` or ``lasot`` (a key of ``sources.tracks.TRACK_FORMATS``).
-        source_options: the reader's options (``fps``, ``stride``, ``max_side`` for frame folders).
-        qc: quality-control settings; default: option-length rule, shuffling and letter balance,
-            no blind filter.
-        text_model: a blind-filter model to use instead of the one ``qc`` names (tests).
+        cfg: the build's settings.
+        text_model: a blind-filter model to use instead of the one ``cfg.qc.blind`` names (tests).
 
     Returns:
-        ``out_dir``.
+        ``cfg.out`` as a path.
 
     Raises:
         SettingError: unknown shapes, kinds, colours or format, or fewer than one question per video.
         DataError: no track files, a bad generic track, or no question survived.
     """
-    draw, qc = draw or DrawSettings(), qc or QcConfig()
-    _check_settings(shapes, kinds, draw, questions_per_video, source_format)
-    text_model = text_model or make_text_model(qc.blind, "builder.qc.blind")  # a bad setting fails here
-    world_root, out_dir = Path(world_root), Path(out_dir)
-    tracks, quarantined = read_tracks(
-        source_format, world_root, out_dir / "source_videos", **(source_options or {})
-    )
+    _check_settings(cfg)
+    text_model = text_model or make_text_model(cfg.qc.blind, "builder.qc.blind")  # a bad setting fails here
+    world_root, out_dir = Path(cfg.world), Path(cfg.out)
+    tracks, quarantined = read_tracks(cfg.format, world_root, out_dir / "source_videos", **cfg.source_options)
     vocab = attribute_vocab(tracks)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(cfg.seed)
     release, rows = out_dir / "v2p", []
     for track in tqdm(tracks, desc="vp questions", unit="video"):
-        rows += questions_from_track(
-            track,
-            rng,
-            out_root=release,
-            shapes=shapes,
-            per_video=questions_per_video,
-            vocab=vocab,
-            kinds=kinds,
-            draw=draw,
-        )
+        rows += questions_from_track(track, cfg, rng, out_root=release, vocab=vocab)
     made = len(rows)
-    rows, steps = run_qc(rows, qc, rng, text_model)
+    rows, steps = run_qc(rows, cfg.qc, rng, text_model)
     if not rows:
         raise DataError(str(world_root), f"no question survived quality control (of {made} made)")
     _prune_media(release, rows)
     write_v2p_release(rows, release)
     save_samples(load_v2p_release(release), out_dir / "hf")
     info = {
-        "seed": seed,
+        "seed": cfg.seed,
         "world_root": str(world_root),
-        "source_format": source_format,
+        "source_format": str(cfg.format),
         "videos": len(tracks),
     }
     _write_reports(out_dir, rows, steps, quarantined, made=made, **info)
     return out_dir
 
 
-def _check_settings(
-    shapes: Sequence[str],
-    kinds: Sequence[str],
-    draw: DrawSettings,
-    questions_per_video: int,
-    source_format: str,
-) -> None:
-    unknown = sorted(set(shapes) - set(PROMPT_NOUNS))
-    if unknown or not shapes:
-        raise SettingError(f"shapes must be a non-empty subset of {sorted(PROMPT_NOUNS)}, got {list(shapes)}")
+def _check_settings(cfg: VpSftBuild) -> None:
+    shapes, kinds, colours = [*map(str, cfg.shapes)], [*map(str, cfg.kinds)], list(cfg.colours)
+    if set(shapes) - set(PROMPT_NOUNS) or not shapes:
+        raise SettingError(f"shapes must be a non-empty subset of {sorted(PROMPT_NOUNS)}, got {shapes}")
     if set(kinds) - set(KINDS) or not kinds:
-        raise SettingError(f"kinds must be a non-empty subset of {list(KINDS)}, got {list(kinds)}")
-    if set(draw.colours) - set(PROMPT_COLOURS) or not draw.colours:
+        raise SettingError(f"kinds must be a non-empty subset of {list(KINDS)}, got {kinds}")
+    if set(colours) - set(PROMPT_COLOURS) or not colours:
+        raise SettingError(f"colours must be a non-empty subset of {sorted(PROMPT_COLOURS)}, got {colours}")
+    if not cfg.line_widths or min(cfg.line_widths) < 1 or not 0 <= cfg.doodle_share <= 1:
         raise SettingError(
-            f"colours must be a non-empty subset of {sorted(PROMPT_COLOURS)}, got {list(draw.colours)}"
+            f"line widths must be >= 1 px and doodle share in [0, 1], got {list(cfg.line_widths)}, "
+            f"{cfg.doodle_share}"
         )
-    if not draw.widths or min(draw.widths) < 1 or not 0 <= draw.doodle_share <= 1:
-        raise SettingError(f"line widths must be >= 1 px and doodle share in [0, 1], got {draw}")
-    if questions_per_video < 1:
-        raise SettingError(f"questions_per_video must be at least 1, got {questions_per_video}")
-    if source_format not in TRACK_FORMATS:
-        raise SettingError(f"unknown track format {source_format!r}; choose one of {sorted(TRACK_FORMATS)}")
+    if cfg.questions_per_video < 1:
+        raise SettingError(f"questions_per_video must be at least 1, got {cfg.questions_per_video}")
+    if cfg.format not in TRACK_FORMATS:
+        raise SettingError(f"unknown track format {cfg.format!r}; choose one of {sorted(TRACK_FORMATS)}")
 
 
 def _prune_media(release: Path, rows: list[dict[str, Any]]) -> None:

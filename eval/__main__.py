@@ -2,7 +2,7 @@
 
     python -m eval model.name_or_path=Qwen/Qwen2.5-VL-7B-Instruct model.tiny=false media=qwen_64f \
         data.build_synthetic=false eval.v2p_root=/data/V2P-Bench eval.benchmarks=[v2p]
-    python -m eval adapter=outputs/quickstart/checkpoints/checkpoint-1000 run_name=quickstart_eval
+    python -m eval checkpoint=outputs/quickstart/checkpoints/checkpoint-1000 run_name=quickstart_eval
     python -m eval score_file=/data/V2P-Bench/responses.jsonl run_name=score_qwen   # no model runs
     python -m eval compare RESULTS_A RESULTS_B --out DIR   # paired comparison (eval/compare.py)
 """
@@ -16,6 +16,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from core.config import EvalRunConfig, register_configs
+from core.rundir import RunDir
 from data_builders.cli import run_cli
 
 register_configs()
@@ -32,7 +33,7 @@ def main(cfg: DictConfig) -> None:
         tables = Path(config.run_dir) / "response_tables.json"
         run_cli(lambda: print(score_file(config.score_file, tables), end=""))
     else:
-        run_cli(lambda: run(config))
+        run_cli(lambda: run(config) and print(f"report: {RunDir(config.run_dir).report_file}"))
 
 
 if __name__ == "__main__":

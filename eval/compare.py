@@ -23,25 +23,39 @@ from pathlib import Path
 from core.metric_logging import MetricLogger, NullLogger, make_logger
 from data_builders.cli import run_cli
 from data_builders.errors import DataError
-from eval.evaluator import read_results
+from data_builders.files import JsonlStore
+from eval.benchmarks import BENCHMARKS
 from eval.report import write_report
+from eval.scored import ANY_JUDGE, scored_records
 from eval.summary import build_summary
 
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 
 
 def load_model_results(directory: str | Path) -> dict[str, list[dict]]:
-    """Benchmark name → per-sample records from a model's results directory.
+    """Benchmark name → per-sample records from a model's results directory (the last line per item).
 
     Raises:
-        DataError: the directory is missing or holds no results.
+        DataError: the directory is missing, holds no results, or results of an unknown benchmark.
     """
     directory = Path(directory)
-    results = {p.stem: list(read_results(p).values()) for p in sorted(directory.glob("*.jsonl"))}
+    results = {p.stem: list(JsonlStore(p).read().values()) for p in sorted(directory.glob("*.jsonl"))}
     results = {bench: records for bench, records in results.items() if records}
     if not results:
         raise DataError(str(directory), "no per-sample results (<benchmark>.jsonl) found")
+    unknown = [bench for bench in results if bench not in BENCHMARKS]
+    if unknown:
+        raise DataError(
+            str(directory), f"results of unknown benchmarks {unknown} (known: {', '.join(BENCHMARKS)})"
+        )
     return results
+
+
+def scored(results: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """Records scored afresh; judged metrics as their records' judge scored them."""
+    return {
+        bench: scored_records(BENCHMARKS[bench], records, ANY_JUDGE) for bench, records in results.items()
+    }
 
 
 def model_label(directory: Path) -> str:
@@ -66,15 +80,21 @@ def compare(
     if labels[0] == labels[1]:
         labels = [f"{labels[0]} (first)", f"{labels[1]} (second)"]
     results = [load_model_results(first), load_model_results(second)]
+    rows = [scored(results[0]), scored(results[1])]
     summary = build_summary(
-        results[0],
-        [(labels[1], 0, results[1])],
+        rows[0],
+        [(labels[1], 0, rows[1])],
         {"compared": {"first": str(first), "second": str(second)}, "reference": labels[0]},
         n_resamples=n_resamples,
     )
     write_report(summary, out)
-    log_comparison(logger or NullLogger(), summary, labels, results)
+    tables = [{b: _with_scores(records, rows[i][b]) for b, records in results[i].items()} for i in (0, 1)]
+    log_comparison(logger or NullLogger(), summary, labels, tables)
     return summary
+
+
+def _with_scores(records: list[dict], rows: list[dict]) -> list[dict]:
+    return [{**record, **row} for record, row in zip(records, rows, strict=True)]
 
 
 def paired_rows(first: list[dict], second: list[dict]) -> tuple[list[str], list[list]]:

@@ -1,4 +1,4 @@
-"""An LLM judge for open-ended OVIBench items: backends, reply parsing, caching and calibration.
+"""An LLM judge for open-ended OVIBench items: reply parsing, caching and calibration.
 
 Practice followed (shared/spec/benchmarks.md §3): the judge model and temperature 0 (and a seed) are
 pinned; the prompt asks for JSON only; the first JSON object in the reply is parsed, with the first
@@ -7,7 +7,8 @@ of times with backoff; every judgement keeps its raw reply, parse status and jud
 that could not be judged has score None and is counted apart, never averaged in as a zero; judgements
 are cached by (judge, rubric version, metric, prompt) so a re-run costs nothing.
 
-API keys are read from the environment at request time and are never stored, logged or cached.
+The judge is any text model (``data_builders.text_models``: an OpenAI-compatible endpoint or a local
+model). API keys are read from the environment at request time and are never stored, logged or cached.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import json
 import math
 import re
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from data_builders.text_models import EndpointTextModel, TextModelError
+from data_builders.files import JsonlStore
+from data_builders.text_models import TextModel, TextModelError
+from eval.answers import strip_thinking
 from eval.rubrics import (
     BINARY,
     METRICS,
@@ -35,25 +37,9 @@ from eval.rubrics import (
     judge_prompt,
     metrics_for,
 )
-from eval.scoring import strip_thinking
 
 UNJUDGED = "unjudged"
-
-
-class JudgeUnavailable(RuntimeError):
-    """The judge could not produce a reply (network, server or model failure) after all tries."""
-
-
-class JudgeBackend(Protocol):
-    """Anything that turns a prompt into the judge's reply text."""
-
-    def complete(self, prompt: str) -> str:
-        """The judge's reply to ``prompt``.
-
-        Raises:
-            JudgeUnavailable: when no reply can be had.
-        """
-        ...
+JUDGE_SEED = 0  # sent to servers that take one: a judgement is reproducible
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -128,141 +114,6 @@ def _clamp(value: float, scale: Scale) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Backends
-
-
-class OpenAICompatibleJudge:
-    """A judge behind an OpenAI-compatible ``/chat/completions`` endpoint (vLLM, SGLang, hosted APIs).
-
-    A thin wrapper over the project's one HTTP client (``data_builders.text_models``). Timeouts,
-    connection errors and HTTP 429/5xx are retried up to ``max_retries`` times (so ``1 + max_retries``
-    tries in all) with exponential backoff ``backoff_s * 2**k``; other HTTP errors (400, 401, 404 …) are
-    not retried.
-
-    Args:
-        base_url: e.g. ``http://localhost:8000/v1``; ``/chat/completions`` is appended.
-        model: the served model name (pin an exact version for reproducible judgements).
-        api_key_env: environment variable holding the API key; unset means no Authorization header
-            (typical for a local vLLM server).
-        timeout_s: per-request timeout.
-        max_retries: retries after the first try.
-        backoff_s: the first backoff; doubled on every further retry (at most 60 s).
-        temperature: sampling temperature; keep 0.
-        seed: sent to backends that accept one.
-        max_tokens: reply length limit.
-        sleep: the sleep function (tests replace it).
-    """
-
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        api_key_env: str = "OPENAI_API_KEY",
-        timeout_s: float = 60.0,
-        max_retries: int = 3,
-        backoff_s: float = 1.0,
-        temperature: float = 0.0,
-        seed: int | None = 0,
-        max_tokens: int = 256,
-        sleep: Callable[[float], None] = time.sleep,
-    ):
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-        self.client = EndpointTextModel(
-            base_url,
-            model,
-            api_key_env=api_key_env,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            timeout_s=timeout_s,
-            max_retries=max_retries,
-            backoff_s=backoff_s,
-            sleep=sleep,
-            setting="judge base_url",
-        )
-        self.model, self.temperature, self.seed = model, temperature, seed
-
-    @property
-    def n_requests(self) -> int:
-        """HTTP requests sent, retries included."""
-        return self.client.n_requests
-
-    @property
-    def identity(self) -> str:
-        """A default judge identity for ``Judge``: model and decoding settings (not the URL or key)."""
-        return f"openai-compatible:{self.model}|temperature={self.temperature}|seed={self.seed}"
-
-    def complete(self, prompt: str) -> str:
-        """The reply text for ``prompt``.
-
-        Raises:
-            JudgeUnavailable: on a non-retryable HTTP error, an unexpected response body, or when every
-                try failed.
-        """
-        try:
-            return self.client.answer(prompt, seed=self.seed)
-        except TextModelError as err:
-            raise JudgeUnavailable(f"judge {self.model}: {err}") from err
-
-
-class HFJudge:
-    """A local transformers text model as judge: chat template, greedy decoding.
-
-    transformers and torch are imported, and the model loaded, on the first ``complete`` call.
-
-    Args:
-        model_name_or_path: a local directory or a name in the local hub cache.
-        max_new_tokens: reply length limit.
-        device: ``"cuda"``, ``"cpu"`` …; default: CUDA when available.
-    """
-
-    def __init__(self, model_name_or_path: str, max_new_tokens: int = 256, device: str | None = None):
-        self.model_name_or_path, self.max_new_tokens, self.device = model_name_or_path, max_new_tokens, device
-        self._model: Any = None
-        self._tokenizer: Any = None
-
-    @property
-    def identity(self) -> str:
-        """A default judge identity for ``Judge``: model and decoding settings."""
-        return f"hf:{self.model_name_or_path}|greedy|max_new_tokens={self.max_new_tokens}"
-
-    def _load(self) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self._tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path)
-        model = AutoModelForCausalLM.from_pretrained(self.model_name_or_path, dtype="auto")
-        self._model = model.to(device).eval()
-
-    def complete(self, prompt: str) -> str:
-        """The greedy reply to ``prompt``.
-
-        Raises:
-            JudgeUnavailable: when generation runs out of GPU memory (loading errors are raised as is).
-        """
-        import torch
-
-        if self._model is None:
-            self._load()
-        tokenizer = self._tokenizer
-        text = prompt
-        if tokenizer.chat_template:  # a base model without a template gets the bare prompt
-            messages = [{"role": "user", "content": prompt}]
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        inputs = tokenizer(text, return_tensors="pt", add_special_tokens=False).to(self._model.device)
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        try:
-            with torch.no_grad():
-                out = self._model.generate(
-                    **inputs, max_new_tokens=self.max_new_tokens, do_sample=False, pad_token_id=pad_id
-                )
-        except torch.cuda.OutOfMemoryError as err:
-            raise JudgeUnavailable(f"judge {self.model_name_or_path}: out of GPU memory") from err
-        return tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
-
-
-# ---------------------------------------------------------------------------------------------------
 # Cache
 
 
@@ -270,28 +121,20 @@ class _JudgementCache:
     """Judgements by key, kept in memory and appended to a JSONL file (when a path is given)."""
 
     def __init__(self, path: str | Path | None):
-        self.path = Path(path) if path else None
-        self._entries: dict[str, dict[str, Any]] = {}
+        self.store = JsonlStore(path, key="key") if path else None
+        self._entries = self.store.read() if self.store else {}
         self._lock = threading.Lock()  # so callers may judge from a thread pool
-        if self.path and self.path.exists():
-            for line in self.path.read_text().splitlines():
-                try:
-                    entry = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short by a kill: that judgement is simply made again
-                self._entries[entry.pop("key")] = entry
 
     def get(self, key: str) -> dict[str, Any] | None:
         entry = self._entries.get(key)
-        return dict(entry) if entry is not None else None
+        return None if entry is None else {k: v for k, v in entry.items() if k != "key"}
 
     def put(self, key: str, judgement: dict[str, Any]) -> None:
+        entry = {"key": key, **judgement}
         with self._lock:
-            self._entries[key] = dict(judgement)
-            if self.path:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                with self.path.open("a") as out:
-                    out.write(json.dumps({"key": key, **judgement}) + "\n")
+            self._entries[key] = entry
+        if self.store:
+            self.store.append([entry])
 
 
 def cache_key(identity: str, metric: str, prompt: str) -> str:
@@ -322,17 +165,16 @@ class Judge:
     """Judges OVIBench items metric by metric, with a persistent cache.
 
     Args:
-        backend: where prompts go.
-        identity: the judge's identity, recorded with every judgement and part of the cache key: name the
-            model exactly, with its decoding settings (the backends' ``identity`` property does).
+        model: the text model that judges; its ``identity`` (the model and its decoding settings) is
+            recorded with every judgement and is part of the cache key.
         cache_path: a JSONL file of past judgements; None keeps them in memory only. Replies that could
             not be had ("unjudged") are not cached, so a re-run tries them again.
     """
 
-    def __init__(self, backend: JudgeBackend, identity: str, cache_path: str | Path | None = None):
-        self.backend, self.identity = backend, identity
+    def __init__(self, model: TextModel, cache_path: str | Path | None = None):
+        self.model, self.identity = model, model.identity
         self._cache = _JudgementCache(cache_path)
-        self.n_calls = 0  # backend calls made (cache misses)
+        self.n_calls = 0  # model calls made (cache misses)
         self.n_cached = 0  # judgements served from the cache
 
     def judge(self, metric: str, item: dict[str, Any]) -> dict[str, Any]:
@@ -352,8 +194,8 @@ class Judge:
         base = {"metric": spec.name, "judge": self.identity, "rubric_version": RUBRIC_VERSION}
         self.n_calls += 1
         try:
-            raw = self.backend.complete(prompt)
-        except JudgeUnavailable as err:
+            raw = self.model.answer(prompt, seed=JUDGE_SEED)
+        except TextModelError as err:
             return {**base, "score": None, "status": UNJUDGED, "raw": "", "error": str(err)}
         score, status = parse_judgement(raw, spec.scale)
         judgement = {**base, "score": score, "status": status, "raw": raw}
@@ -365,7 +207,7 @@ class Judge:
 
         Args:
             record: an open-ended OVIBench result; MCQ records get an empty result (they are scored by
-                rule in ``eval.scoring``).
+                rule by their benchmark).
             metrics: the metrics to judge; default: those that apply to the record's interruption type
                 (``eval.rubrics.metrics_for``).
 

@@ -2,7 +2,7 @@
 
     python -m eval.judge_calibrate --human human_scores.jsonl --base-url http://localhost:8000/v1 \\
         --model Qwen/Qwen3-VL-235B-A22B-Instruct
-    python -m eval.judge_calibrate --human human_scores.jsonl --hf-model /ckpt/Qwen3-8B
+    python -m eval.judge_calibrate --human human_scores.jsonl --local-model /ckpt/Qwen3-8B
 
 The human file's format is described in ``eval.judge.calibrate``. The API key is read from the
 environment variable named by ``--api-key-env`` and never printed.
@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from data_builders.files import write_json_atomic
-from eval.judge import HFJudge, Judge, JudgeBackend, OpenAICompatibleJudge, calibrate
+from data_builders.text_models import EndpointConfig, TextBackend, TextModelConfig, make_text_model
+from eval.judge import Judge, calibrate
 
 # Seed 003, Table 1: the lowest MAE any judge reached per metric (VES: Qwen3-VL-30B-A3B; the others:
 # Qwen3-VL-235B-A22B). A reference point for how good a judge can be, not a pass mark.
@@ -36,13 +37,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--human", required=True, type=Path, help="JSONL of items with human scores")
     backend = parser.add_mutually_exclusive_group(required=True)
     backend.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
-    backend.add_argument("--hf-model", help="a local transformers text model (directory or hub cache name)")
+    backend.add_argument("--local-model", help="a local transformers model (directory or hub cache name)")
     parser.add_argument("--model", help="served model name (with --base-url)")
     parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="env variable holding the API key")
     parser.add_argument("--timeout-s", type=float, default=60.0)
     parser.add_argument("--max-retries", type=int, default=3)
     parser.add_argument("--backoff-s", type=float, default=1.0)
-    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--max-tokens", type=int, default=256, help="reply length limit")
     parser.add_argument("--cache", type=Path, help="judgement cache (JSONL); default: next to --human")
     parser.add_argument("--out", type=Path, help="also write the table as JSON here")
     args = parser.parse_args(argv)
@@ -51,21 +52,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def make_backend(args: argparse.Namespace) -> tuple[JudgeBackend, str]:
-    """The backend the arguments describe, and its identity."""
-    if args.hf_model:
-        hf = HFJudge(args.hf_model, max_new_tokens=args.max_new_tokens)
-        return hf, hf.identity
-    api = OpenAICompatibleJudge(
-        args.base_url,
-        args.model,
+def judge_settings(args: argparse.Namespace) -> TextModelConfig:
+    """The judge the arguments describe, as the text-model settings ``judge`` takes in a run's config."""
+    if args.local_model:
+        return TextModelConfig(backend=TextBackend.local, model=args.local_model, max_tokens=args.max_tokens)
+    server = EndpointConfig(
+        base_url=args.base_url,
         api_key_env=args.api_key_env,
         timeout_s=args.timeout_s,
         max_retries=args.max_retries,
         backoff_s=args.backoff_s,
-        max_tokens=args.max_new_tokens,
     )
-    return api, api.identity
+    return TextModelConfig(TextBackend.endpoint, args.model, max_tokens=args.max_tokens, endpoint=server)
 
 
 def format_table(results: dict[str, dict], identity: str) -> str:
@@ -83,16 +81,16 @@ def format_table(results: dict[str, dict], identity: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    backend, identity = make_backend(args)
     cache = args.cache or args.human.with_name(args.human.stem + ".judge_cache.jsonl")
     try:
-        results = calibrate(Judge(backend, identity, cache), args.human)
-    except (OSError, ValueError) as err:  # a missing or malformed human file: one line, not a traceback
+        judge = Judge(make_text_model(judge_settings(args), "judge"), cache)
+        results = calibrate(judge, args.human)
+    except (OSError, ValueError) as err:  # a bad setting or a missing or malformed human file: one line
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(format_table(results, identity))
+    print(format_table(results, judge.identity))
     if args.out:
-        write_json_atomic(args.out, {"judge": identity, "metrics": results}, indent=2)
+        write_json_atomic(args.out, {"judge": judge.identity, "metrics": results}, indent=2)
     return 0
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from data_builders.files import atomic_path
 from eval.rubrics import ALL_TYPES, METRICS
 from eval.summary import is_graded
 
@@ -79,14 +79,8 @@ def write_radar(summary: dict[str, Any], run_dir: str | os.PathLike[str]) -> Pat
         ax = _draw_panel(figure.add_subplot(1, len(panels), index, projection="polar"), kind, panel)
     figure.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2)
     path = Path(run_dir) / RADAR_FILE
-    handle, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
-        figure.savefig(tmp_name, format="png", dpi=100)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png", dpi=100)
     return path
 
 

@@ -12,30 +12,19 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from eval.diagnostics import DESCRIPTIONS
+from data_builders.files import write_text_atomic
+from eval.benchmarks import BENCHMARKS
+from eval.benchmarks.diagnostics import DESCRIPTIONS
+from eval.benchmarks.v2p import DURATIONS
 from eval.radar import write_radar
 from eval.rubrics import METRICS as JUDGED_METRICS
-from eval.scoring import DIMENSIONS, TASK_GROUPS
 from eval.summary import is_graded
 
-BENCHMARK_TITLES = {
-    "v2p": "V2P-Bench",
-    "ovi": "OVIBench",
-    **{bench: f"V2P-Bench diagnostic: {title}" for bench, (title, _) in DESCRIPTIONS.items()},
-}
 # Top-level summary keys rendered elsewhere than in the settings list.
 _STRUCTURAL_KEYS = ("baseline", "checkpoints", "benchmarks", "quarantine", "diagnostics", "reference")
-# Category values in a meaningful order; other categories are sorted alphabetically.
-_VALUE_ORDER: dict[str, list[str]] = {
-    "dimension": [label for label, _ in DIMENSIONS.values()],
-    "duration": ["short", "medium", "long"],
-    "task_group": list(TASK_GROUPS),
-    "type": ["Cancellation", "False Trigger", "Correction"],
-}
 _MISSING = "–"
 
 
@@ -62,25 +51,12 @@ def write_report(summary: dict[str, Any], run_dir: str | os.PathLike[str]) -> tu
         ``(summary_path, report_path)``.
     """
     directory = Path(run_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    summary_path = _write_atomic(directory / "summary.json", json.dumps(summary, indent=2) + "\n")
+    summary_path, report_path = directory / "summary.json", directory / "report.md"
+    write_text_atomic(summary_path, json.dumps(summary, indent=2) + "\n")
     radar = write_radar(summary, directory)
     figures = {"ovi": radar.name} if radar else None
-    report_path = _write_atomic(directory / "report.md", render_report(summary, figures))
+    write_text_atomic(report_path, render_report(summary, figures))
     return summary_path, report_path
-
-
-def _write_atomic(path: Path, text: str) -> Path:
-    """Write via a temporary file in the same directory and ``os.replace``: no reader sees half a file."""
-    handle, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as tmp:
-            tmp.write(text)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return path
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -162,7 +138,7 @@ def _diagnostic_numbers(bench: str, info: dict[str, Any], metrics: dict[str, Any
     if bench == "v2p_z":
         return f"accuracy {show('accuracy')}, Z chosen {show('z_rate')}"
     if bench == "v2p_shuffled":
-        buckets = [b for b in _VALUE_ORDER["duration"] if f"hack_ratio/duration/{b}" in metrics]
+        buckets = [b for b in DURATIONS if f"hack_ratio/duration/{b}" in metrics]
         by_bucket = ", ".join(f"{b} {show(f'hack_ratio/duration/{b}')}" for b in buckets)
         return (
             f"refusal (Z) {show('refusal_rate')}, hack ratio {show('hack_ratio')} ({by_bucket}) "
@@ -183,14 +159,15 @@ def _diagnostic_numbers(bench: str, info: dict[str, Any], metrics: dict[str, Any
 def _benchmark_section(
     summary: dict[str, Any], benchmark: str, entry: dict[str, Any], figure: str | None = None
 ) -> list[str]:
-    title = BENCHMARK_TITLES.get(benchmark, benchmark)
+    title = BENCHMARKS[benchmark].title if benchmark in BENCHMARKS else benchmark
     names = [c["name"] for c in summary.get("checkpoints", []) if _has_checkpoint(entry, c["name"])]
     lines = [f"## {title} (`{benchmark}`)", "", _status_line(summary, benchmark, entry, names), ""]
     overall = {key: metric for key, metric in entry["metrics"].items() if "/" not in key}
     reference, header = _reference(summary), _reference_header(summary)
     lines += _headline_table(overall, names, header)
     if names:
-        lines += _category_tables(entry["metrics"], names[-1], reference, header)
+        order = BENCHMARKS[benchmark].category_order if benchmark in BENCHMARKS else {}
+        lines += _category_tables(entry["metrics"], names[-1], reference, header, order)
     if figure:
         compared = f"{reference} vs {names[-1]}" if names else reference
         lines += [
@@ -255,7 +232,9 @@ def _headline_table(overall: dict[str, Any], names: list[str], reference: str) -
     return lines
 
 
-def _category_tables(metrics: dict[str, Any], last: str, reference: str, header: str) -> list[str]:
+def _category_tables(
+    metrics: dict[str, Any], last: str, reference: str, header: str, order: dict[str, tuple[str, ...]]
+) -> list[str]:
     """One table per (metric, category), ``reference`` vs ``last``; tolerant variants are in the headline
     only."""
     grouped: dict[tuple[str, str], dict[str, Any]] = {}
@@ -278,7 +257,7 @@ def _category_tables(metrics: dict[str, Any], last: str, reference: str, header:
                 _value(name, _checkpoint_value(by_value[value], last)),
                 *_delta_cells(name, by_value[value]["checkpoints"].get(last)),
             ]
-            for value in _ordered_values(category, by_value)
+            for value in _ordered_values(order.get(category, ()), by_value)
         ]
         scale = " (mean, 1–10)" if is_graded(name) else ""
         title = f"### {name}{scale} by {category} ({reference} vs {last})"
@@ -286,8 +265,8 @@ def _category_tables(metrics: dict[str, Any], last: str, reference: str, header:
     return lines
 
 
-def _ordered_values(category: str, by_value: dict[str, Any]) -> list[str]:
-    preferred = [value for value in _VALUE_ORDER.get(category, []) if value in by_value]
+def _ordered_values(order: tuple[str, ...], by_value: dict[str, Any]) -> list[str]:
+    preferred = [value for value in order if value in by_value]
     return preferred + sorted(value for value in by_value if value not in preferred)
 
 

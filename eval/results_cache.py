@@ -8,13 +8,14 @@ directory moved, ``python -m eval`` on the same adapter twice, the same untuned 
   template); a LoRA checkpoint by the base plus its adapter files; a full fine-tuning checkpoint by the
   base plus its weights and configs. File hashes are kept in a sidecar keyed by path, size and mtime, so a
   15 GB model is read once.
-- Settings: everything that changes a prediction (media spec, generation settings, input order, OVI
-  protocol, the model's dtype), chosen by the evaluator.
+- Settings: everything else that changes a prediction: the record's ``setting`` digest (the benchmark and
+  its version, its generation settings, the media spec, the family's chat format, the dtype; see
+  ``eval.generation``) and the model's quantization.
 - Items: each record carries a hash of its item (conversation, meta, and the identity of every media
   file), so a changed benchmark item is evaluated again.
 
-Layout: ``<root>/<key>/<benchmark>.jsonl``, one ``{"item": ..., "record": ...}`` per line, appended
-under a file lock (several processes may evaluate at once); ``<root>/file_hashes.json`` is the sidecar.
+Layout: ``<root>/<key>/<benchmark>.jsonl``, one result record per line, appended under a file lock
+(several processes may evaluate at once); ``<root>/file_hashes.json`` is the sidecar.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
 
-from data_builders.files import appended_jsonl, close_cut_line, write_json_atomic
+from core.rundir import BASELINE, RunDir
+from data_builders.files import JsonlStore, write_json_atomic
 from data_builders.sample import Sample
 
 _CHUNK = 1 << 24  # 16 MiB per read while hashing
@@ -52,13 +53,9 @@ class Weights:
     checkpoint: Path | None = None
 
 
-def run_weights(base: str, checkpoints: str | Path) -> Callable[[str], Weights]:
-    """Weights by model name in a training run: ``baseline`` is the base, ``checkpoint-N`` its save."""
-
-    def weights_of(model_name: str) -> Weights:
-        return Weights(base) if model_name == "baseline" else Weights(base, Path(checkpoints) / model_name)
-
-    return weights_of
+def run_weights(base: str, run_dir: RunDir, model_name: str) -> Weights:
+    """The weights of a model of a training run: ``baseline`` is the base, ``checkpoint-N`` its save."""
+    return Weights(base) if model_name == BASELINE else Weights(base, run_dir.checkpoints_dir / model_name)
 
 
 def _digest(value: object) -> str:
@@ -165,32 +162,18 @@ class ResultsCache:
         model = checkpoint_fingerprint(base, weights.checkpoint, self.hashes) if weights.checkpoint else base
         return _digest({"weights": model, "settings": settings})
 
-    def lookup(self, key: str, benchmark: str, samples: Iterable[Sample]) -> dict[str, dict]:
-        """Stored records of these samples by item id (only those whose item is unchanged)."""
-        wanted = {sample.id: item_fingerprint(sample) for sample in samples}
+    def lookup(self, key: str, benchmark: str, items: dict[str, str]) -> dict[str, dict]:
+        """Stored records of these items by id (``items``: id -> the item's fingerprint; only records of
+        unchanged items count)."""
         found = {}
-        for entry in self._entries(key, benchmark):
-            record = entry["record"]
-            if wanted.get(record["id"]) == entry["item"]:
+        for record in self._store(key, benchmark).lines():
+            if items.get(record.get("id")) == record.get("item"):
                 found[record["id"]] = record
         return found
 
-    def store(self, key: str, benchmark: str, records: list[dict], samples: dict[str, Sample]) -> None:
-        """Append records (``samples``: the benchmark's items by id)."""
-        if not records:
-            return
-        path = self._path(key, benchmark)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lines = "".join(
-            json.dumps({"item": item_fingerprint(samples[r["id"]]), "record": r}) + "\n" for r in records
-        )
-        with FileLock(f"{path}.lock"):
-            close_cut_line(path)
-            with path.open("a") as out:
-                out.write(lines)
+    def store(self, key: str, benchmark: str, records: list[dict]) -> None:
+        """Append records (each stamped with its item's fingerprint)."""
+        self._store(key, benchmark).append(records)
 
-    def _entries(self, key: str, benchmark: str) -> Iterable[dict]:
-        return appended_jsonl(self._path(key, benchmark))
-
-    def _path(self, key: str, benchmark: str) -> Path:
-        return self.root / key / f"{benchmark}.jsonl"
+    def _store(self, key: str, benchmark: str) -> JsonlStore:
+        return JsonlStore(self.root / key / f"{benchmark}.jsonl", shared=True)

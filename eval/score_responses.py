@@ -7,8 +7,8 @@ Several models may share one file; each gets its own columns.
     python -m eval.score_responses responses.jsonl [--json tables.json]
 
 Rows are validated first and every problem is reported at once (line and field); the videos and frames
-need not exist. Scoring and categories come from :mod:`eval.scoring` and the micro averages from
-:func:`eval.summary.aggregate`, so the numbers are the ones ``python -m eval`` would report.
+need not exist. Scoring and categories come from the V2P benchmark (:mod:`eval.benchmarks.v2p`) and the
+micro averages from :func:`eval.summary.aggregate`, so the numbers are those ``python -m eval`` reports.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from data_builders.checks import is_number
 from data_builders.errors import DataError, DataErrors
 from data_builders.files import read_jsonl, write_json_atomic
 from data_builders.v2p_format import DIMENSIONS, parse_options
-from eval.scoring import MEDIUM_MAX_S, SHORT_MAX_S, TASK_GROUPS, UNKNOWN, category_keys, score_v2p
+from eval.benchmarks.shapes import UNKNOWN
+from eval.benchmarks.v2p import CATEGORY_ORDER, MEDIUM_MAX_S, SHORT_MAX_S, V2P
 from eval.summary import aggregate
 
 DEFAULT_MODEL = "model"  # the column name for rows without a ``model`` field
@@ -36,15 +37,11 @@ _MISSING = "–"
 
 # (category key, section title, preferred value order); values not listed follow, sorted.
 _SECTIONS: list[tuple[str, str, list[str]]] = [
-    ("dimension", "By dimension", [label for label, _ in DIMENSIONS.values()]),
-    ("duration", "By duration", ["short", "medium", "long"]),
-    ("task_group", "By task group (reconstructed grouping)", list(TASK_GROUPS)),
+    ("dimension", "By dimension", list(CATEGORY_ORDER["dimension"])),
+    ("duration", "By duration", list(CATEGORY_ORDER["duration"])),
+    ("task_group", "By task group (reconstructed grouping)", list(CATEGORY_ORDER["task_group"])),
     ("source", "By source", []),
-    (
-        "shape",
-        "By prompt shape (guessed from the question wording)",
-        ["rectangle", "ellipse", "triangle", "mask_contour", "scribble", "point", "arrow", "som", UNKNOWN],
-    ),
+    ("shape", "By prompt shape (guessed from the question wording)", list(CATEGORY_ORDER["shape"])),
 ]
 _DIMENSION_NAMES = {label: f"{label} {name}" for label, name in DIMENSIONS.values()}
 _DURATION_NAMES = {
@@ -166,8 +163,8 @@ def _scored(row: dict[str, Any], position: int) -> dict[str, Any]:
             "video_id": None if row.get("video_id") is None else str(row["video_id"]),
         },
     }
-    record["scores"] = score_v2p(record)
-    record["categories"] = category_keys(record)
+    record["scores"] = V2P.score(record["prediction"], record["meta"])
+    record["categories"] = V2P.categories(record["meta"])
     return record
 
 

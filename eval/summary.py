@@ -1,8 +1,8 @@
 """Metric tables per model and benchmark, and ``summary.json``: every checkpoint against the baseline.
 
-Input rows are scored records, one per benchmark item (see ``eval.scoring.scored_record``)::
+Input rows are scored records, one per benchmark item (see ``eval.scored``)::
 
-    {"id": str, "task": str, "scores": {"correct": 1.0, ...}, "categories": {"dimension": "OA", ...}}
+    {"id": str, "scores": {"accuracy": 1.0, ...}, "categories": {"dimension": "OA", ...}}
 
 Metric keys are the overall metric names (``"accuracy"``, ``"accuracy_tolerant"``, the V2P diagnostics'
 ``"z_rate"``, ``"refusal_rate"`` and ``"hack_ratio"`` with their ``_tolerant`` twins, ``"ma"``, ``"ca"``, and
@@ -23,14 +23,6 @@ from typing import Any
 
 from eval.rubrics import BINARY, METRICS
 from eval.stats import mcnemar_p, paired_bootstrap
-
-# Score names from eval.scoring -> metric names in tables and reports. Unlisted names pass through.
-METRIC_NAMES: dict[str, str] = {
-    "correct": "accuracy",
-    "correct_tolerant": "accuracy_tolerant",
-    "ma": "ma",
-    "ca": "ca",
-}
 
 # The order of metrics in tables: rule-scored rates, then the judge's rates, then its 1-10 scores.
 METRIC_ORDER = (
@@ -85,8 +77,7 @@ def item_scores(records: ScoredRecords) -> dict[str, dict[str, float]]:
         if item_id in seen:
             raise ValueError(f"duplicate item id {item_id!r} in scored records")
         seen.add(item_id)
-        for score_name, score in record["scores"].items():
-            metric = METRIC_NAMES.get(score_name, score_name)
+        for metric, score in record["scores"].items():
             table.setdefault(metric_key(metric), {})[item_id] = float(score)
             for category, value in record.get("categories", {}).items():
                 table.setdefault(metric_key(metric, category, value), {})[item_id] = float(score)

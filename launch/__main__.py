@@ -18,6 +18,7 @@ from pathlib import Path
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
+from data_builders.files import write_text_atomic
 from launch.commands import dry_run_text, expand_env, launch_argv, sbatch_script, shell_join
 from launch.config import Launch, LauncherKind, LaunchError, compose_launch
 
@@ -47,8 +48,7 @@ def _run(launch: Launch) -> int:
         raise LaunchError("several nodes: pass the same run_name=NAME on each, or run --dry-run's command")
     if cfg.kind is LauncherKind.slurm:
         script = Path(launch.run_dir) / "launch.sbatch"
-        script.parent.mkdir(parents=True, exist_ok=True)
-        script.write_text(sbatch_script(launch))
+        write_text_atomic(script, sbatch_script(launch))
         argv = ["sbatch", str(script)]
     else:
         argv = expand_env(launch_argv(launch), os.environ)

@@ -1,4 +1,5 @@
-"""Model-family adapters: our conversation samples → processor inputs, label masks, generation prompts.
+"""The chat adapter: our conversation samples → a model family's processor inputs, label masks and
+generation prompts.
 
 One adapter serves training and evaluation, so the prompt a model is trained on is the prompt it is
 scored on. All five supported families (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, LLaVA-OneVision, InternVL3) speak
@@ -9,7 +10,9 @@ tokens. So one adapter class, parameterised by a small per-family ``ChatFormat``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -18,6 +21,9 @@ from data_builders.media import FrameCache, MediaSpec, load_image
 from data_builders.sample import Sample, Turn
 
 IGNORE_INDEX = -100
+# Bump when VideoChatAdapter.render changes how it writes a conversation (the formats' fields are hashed
+# as they are): stored evaluation predictions are then generated again.
+RENDER_VERSION = 1
 SYSTEM_PROMPT = "You are a helpful assistant."
 _QWEN_VIDEO = "<|vision_start|><|video_pad|><|vision_end|>"
 _QWEN_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
@@ -40,6 +46,13 @@ class ChatFormat:
     image: str
     turn_start: str = "<|im_start|>"
     turn_end: str = "<|im_end|>"
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of how prompts are rendered: part of every evaluation result's setting, so a change
+        to a chat format (or to ``RENDER_VERSION``) makes stored predictions be generated again."""
+        fields = {"render_version": RENDER_VERSION, **asdict(self)}
+        return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 
 CHAT_FORMATS = {
@@ -175,9 +188,6 @@ class VideoChatAdapter:
 
 # Their processors stack all videos of a batch into one tensor, so every span needs the same frame count.
 _FIXED_FRAME_COUNT = {"llava_onevision", "internvl"}
-
-# The name train/data.py, train/callbacks.py and eval/evaluator.py annotate with; same class.
-VideoChatAdapter = VideoChatAdapter
 
 
 def make_adapter(family: str, processor, media: MediaSpec, cache: FrameCache) -> VideoChatAdapter:

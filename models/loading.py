@@ -1,12 +1,16 @@
-"""Loading a model and its processor from a checkpoint directory or a hub name.
+"""Loading a model and its processor from a checkpoint directory or a hub name, and a training run's
+checkpoints on its base.
 
 The tiny test models and real checkpoints (Qwen2.5-VL-7B, InternVL3-8B, ...) go through the same
-``load_model``; only the path differs.
+``load_model``; only the path differs. Training, the evaluation watcher and ``python -m eval`` load a run's
+base through ``load_base`` and its checkpoints through ``CheckpointModels``.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -23,7 +27,8 @@ class FamilyMismatch(ConfigError):
     """``model.family`` names another family than the checkpoint's own ``model_type``."""
 
 
-def _resolve_dtype(name: str) -> torch.dtype | str:
+def resolve_dtype(name: str) -> torch.dtype:
+    """``model.dtype`` as a torch dtype: auto is bf16 on GPUs that have it, else fp32."""
     if name == "auto":
         return (
             torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
@@ -68,7 +73,7 @@ def load_model(cfg: ModelConfig, quantization_config=None):
         model = AutoModelForImageTextToText.from_pretrained(
             cfg.name_or_path,
             config=config,
-            dtype=_resolve_dtype(cfg.dtype),
+            dtype=resolve_dtype(cfg.dtype),
             attn_implementation=cfg.attn_implementation,
             local_files_only=not cfg.allow_download,
             **kwargs,
@@ -84,6 +89,77 @@ def load_model(cfg: ModelConfig, quantization_config=None):
         ) from None
     use_released_positions(model)  # Qwen-VL: text after a video where the checkpoints learnt it (rope.py)
     return model, processor
+
+
+def load_base(cfg: ModelConfig, *, quantized: bool = False, device: str | None = None):
+    """``(model, processor)`` of a run's base checkpoint, loaded as the run loaded it: in 4 bits for a
+    QLoRA run, on ``device`` when given (None: where it loads; the Trainer places a training's model).
+
+    Raises:
+        ConfigError: a 4-bit base asked for without a CUDA device.
+    """
+    if not quantized:
+        model, processor = load_model(cfg)
+        return (model.to(device) if device else model), processor
+    from models.qlora import quantization_config
+
+    if device is not None:
+        if not device.startswith("cuda"):
+            raise ConfigError(f"device {device}: a QLoRA run's 4-bit base needs a CUDA device")
+        torch.cuda.set_device(torch.device(device))  # bitsandbytes quantizes on the current device
+    return load_model(cfg, quantization_config(cfg.family))
+
+
+class CheckpointModels:
+    """The model of each training checkpoint on one loaded base: a LoRA checkpoint's adapter replaces the
+    previous one on the base; a full fine-tuning checkpoint is loaded whole, after the previous one is let
+    go. One base serves a whole run's checkpoints (the watcher), or one checkpoint (``python -m eval``).
+
+    Args:
+        base: the base model as :func:`load_base` loaded it.
+        cfg: the base's model settings (a full checkpoint loads with them).
+        device: where checkpoints' weights go.
+    """
+
+    def __init__(self, base, cfg: ModelConfig, device: str):
+        self.base, self.cfg, self.device = base, cfg, device
+        self.with_adapter = None  # the base wrapped by PEFT, holding the current adapter
+        self.adapter_name: str | None = None
+        self.full = None
+
+    def load(self, checkpoint: Path):
+        """The model of ``checkpoint`` (a LoRA adapter directory, or a full checkpoint)."""
+        if is_adapter(checkpoint):
+            return self._swap_adapter(checkpoint)
+        self.full = None  # free the previous checkpoint's weights before loading the next
+        self.full, _ = load_model(replace(self.cfg, name_or_path=str(checkpoint), tiny=False))
+        self.full.to(self.device)
+        return self.full
+
+    def _swap_adapter(self, checkpoint: Path):
+        from peft import PeftModel
+
+        name = checkpoint.name
+        if self.with_adapter is None:
+            self.with_adapter = PeftModel.from_pretrained(
+                self.base, checkpoint, adapter_name=name, torch_device=self.device
+            )
+        elif name != self.adapter_name:
+            self.with_adapter.load_adapter(checkpoint, adapter_name=name, torch_device=self.device)
+            self.with_adapter.set_adapter(name)
+            self.with_adapter.delete_adapter(self.adapter_name)
+        self.adapter_name = name
+        return self.with_adapter
+
+
+def is_adapter(checkpoint: Path) -> bool:
+    """Whether a training checkpoint holds a LoRA adapter (else: whole weights)."""
+    return (Path(checkpoint) / "adapter_config.json").exists()
+
+
+def default_device() -> str:
+    """Where evaluation runs when not told: the GPU when there is one."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def build_if_tiny(cfg: ModelConfig) -> None:

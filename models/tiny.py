@@ -9,10 +9,9 @@ the prompt format is the real one.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
+
+from data_builders.files import atomic_dir
 
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava_onevision", "internvl")
 
@@ -316,11 +315,6 @@ def _write_tiny_checkpoint(
     tokenizer = _train_tokenizer(family, vocab_size)
     torch.manual_seed(seed)
     model, processor = _BUILDERS[family](tokenizer, hidden, layers, max_pixels)
-    # Build in a sibling temp dir and rename, so a killed build never leaves a half checkpoint.
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
-    try:
+    with atomic_dir(path) as tmp:  # a killed build never leaves half a checkpoint
         model.save_pretrained(tmp)
         processor.save_pretrained(tmp)
-        os.replace(tmp, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,13 +1,81 @@
-"""Shared fixtures: a tiny checkpoint and a small synthetic build, made once per test session."""
+"""Shared fixtures: the repository's paths, composed configs, small training and evaluation settings, a tiny
+checkpoint and a small synthetic build (made once per test session), and a local chat server."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    """The repository's root (commands run there)."""
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def compose():
+    """``compose(name, *overrides)``: ``conf/<name>.yaml`` composed as the command line would, typed
+    (``TrainConfig``, ``EvalRunConfig`` …); ``typed=False`` gives the DictConfig."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from core.config import register_configs
+    from data_builders.cli_config import register_configs as register_builder_configs
+
+    register_configs()
+    register_builder_configs()
+
+    def composed(name: str, *overrides: str, typed: bool = True):
+        with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+            cfg = hydra_compose(name, overrides=list(overrides))
+        return OmegaConf.to_object(cfg) if typed else cfg
+
+    return composed
+
+
+@pytest.fixture(scope="session")
+def small_train_config(compose):
+    """``small_train_config(output_root, *overrides)``: the quickstart at test size (6 steps, a save
+    every 3, a small synthetic build, 6 items per benchmark)."""
+
+    def config(output_root, *overrides: str):
+        return compose(
+            "train",
+            "+exp=quickstart",
+            f"output_root={output_root}",
+            "trainer.max_steps=6",
+            "trainer.save_steps=3",
+            "trainer.batch_size=4",
+            "trainer.logging_steps=2",
+            "data.synthetic.train_videos=4",
+            "data.synthetic.eval_videos=3",
+            "data.synthetic.vp_questions_per_video=2",
+            "eval.limit=6",
+            *overrides,
+        )
+
+    return config
+
+
+@pytest.fixture(scope="session")
+def small_eval_config(compose):
+    """``small_eval_config(output_root, *overrides)``: ``python -m eval``'s config, without a synthetic
+    build of its own (tests point it at the session's)."""
+
+    def config(output_root, *overrides: str):
+        return compose("eval", f"output_root={output_root}", "data.build_synthetic=false", *overrides)
+
+    return config
 
 
 @pytest.fixture(scope="session")
@@ -29,3 +97,22 @@ def synthetic_build(tmp_path_factory):
         vp_questions_per_video=2,
     )
     return build_synthetic(cfg)
+
+
+@pytest.fixture
+def chat_server(monkeypatch):
+    """``chat_server(respond)``: a local OpenAI-compatible server (``fake_openai.ChatServer``) answering
+    with ``respond(handler, body)``, reachable without a proxy, stopped when the test ends."""
+    from fake_openai import ChatServer
+
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
+    servers = []
+
+    def start(respond):
+        servers.append(ChatServer(respond))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()

@@ -5,51 +5,73 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
-from omegaconf import OmegaConf
 
-from core.config import EvalRunConfig, PeftMethod, Tower, TrainConfig, register_configs
+from core.config import EvalRunConfig, Family, PeftMethod, Tower, TrainConfig
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
-EXPERIMENTS = sorted(p.stem for p in (CONF / "exp").glob("*.yaml"))
-
-
-def _compose(overrides, name="train"):
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        return compose(name, overrides=overrides)
+EXPERIMENTS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "exp").glob("*.yaml"))
+GROUP_OPTIONS = [
+    (group.name, option.stem)
+    for group in sorted((Path(__file__).resolve().parents[1] / "conf").iterdir())
+    if group.is_dir() and group.name not in ("exp", "builder", "launcher")
+    for option in sorted(group.glob("*.yaml"))
+]
 
 
 @pytest.mark.parametrize("exp", EXPERIMENTS)
-def test_every_experiment_composes_to_the_schema(exp):
-    cfg = _compose([f"+exp={exp}"])
-    config = OmegaConf.to_object(cfg)
+def test_every_experiment_composes_to_the_schema(compose, exp):
+    config = compose("train", f"+exp={exp}")
     assert isinstance(config, TrainConfig)
     assert config.run_name == exp
 
 
-def test_real_model_experiments_point_at_the_7b_checkpoint():
+@pytest.mark.parametrize(("group", "option"), GROUP_OPTIONS)
+def test_every_shipped_group_option_composes(compose, group, option):
+    overrides = [f"{group}={option}"]
+    if group == "judge" and option != "none":
+        overrides += ["judge.model=m", "judge.endpoint.base_url=http://127.0.0.1:1/v1"]
+    assert isinstance(compose("train", *overrides), TrainConfig)
+
+
+def test_real_model_experiments_point_at_the_7b_checkpoint(compose):
     for exp in ("ovi_lora", "v2p_lora"):
-        config = OmegaConf.to_object(_compose([f"+exp={exp}"]))
+        config = compose("train", f"+exp={exp}")
         assert config.model.name_or_path == "Qwen/Qwen2.5-VL-7B-Instruct"
+        assert config.model.family is Family.qwen2_5_vl
         assert not config.model.tiny and not config.model.trust_remote_code
         assert config.media.num_frames == 64 and config.media.max_pixels == 336 * 336
 
 
-def test_misspelt_key_fails_at_compose_time():
+def test_misspelt_key_fails_at_compose_time(compose):
     with pytest.raises(ConfigCompositionException, match="max_step"):
-        _compose(["+exp=quickstart", "trainer.max_step=3"])
+        compose("train", "+exp=quickstart", "trainer.max_step=3")
 
 
-def test_wrong_type_fails_at_compose_time():
+def test_wrong_type_fails_at_compose_time(compose):
     with pytest.raises(ConfigCompositionException, match="max_steps"):
-        _compose(["+exp=quickstart", "trainer.max_steps=abc"])
+        compose("train", "+exp=quickstart", "trainer.max_steps=abc")
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("model.family=qwen25_vl", "family"),
+        ("model.dtype=bf16", "dtype"),
+        ("media.decoder=opencv", "decoder"),
+        ("eval.input_order=vp_last", "input_order"),
+        ("eval.ovi_protocol=simulate", "ovi_protocol"),
+        ("judge.backend=openai", "backend"),
+        ("logger.mode=online_maybe", "mode"),
+    ],
+)
+def test_an_unknown_choice_fails_at_compose_time(compose, override, key):
+    with pytest.raises(ConfigCompositionException, match=key):
+        compose("train", "+exp=quickstart", override)
 
 
 @pytest.mark.parametrize("method", list(PeftMethod))
-def test_every_training_mode_composes(method):
-    config = OmegaConf.to_object(_compose(["+exp=quickstart", f"peft={method.value}"]))
+def test_every_training_mode_composes(compose, method):
+    config = compose("train", "+exp=quickstart", f"peft={method.value}")
     assert config.peft.method is method and config.peft.freeze == [Tower.vision]
 
 
@@ -63,14 +85,33 @@ def test_every_training_mode_composes(method):
         ("peft.train_vision=true", "train_vision"),  # replaced by peft.freeze
     ],
 )
-def test_training_mode_typos_fail_at_compose_time(override, key):
+def test_training_mode_typos_fail_at_compose_time(compose, override, key):
     with pytest.raises(ConfigCompositionException, match=key):
-        _compose(["peft=full", override])
+        compose("train", "peft=full", override)
 
 
-def test_eval_config_composes():
-    config = OmegaConf.to_object(_compose(["eval.benchmarks=[v2p]"], name="eval"))
+def test_eval_config_composes_with_the_defaults_of_its_schema(compose):
+    config = compose("eval", "eval.benchmarks=[v2p]", "checkpoint=some/run/checkpoints/checkpoint-4")
     assert isinstance(config, EvalRunConfig) and config.eval.benchmarks == ["v2p"]
+    assert config.checkpoint == "some/run/checkpoints/checkpoint-4" and config.logger.wandb is False
+    assert config.eval.results_cache.endswith("eval_cache")  # conf/eval/both.yaml's one setting
+
+
+def test_yaml_sets_only_what_differs_from_the_schema(compose):
+    """A group option that repeats its dataclass's default is a second home for it, which drifts."""
+    from dataclasses import fields
+
+    from omegaconf import OmegaConf
+
+    schemas = compose("train")  # each group's node, typed by its dataclass
+    for group, option in GROUP_OPTIONS:
+        text = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / group / f"{option}.yaml")
+        schema = type(getattr(schemas, group))()
+        for item in fields(schema):
+            if item.name not in text or OmegaConf.is_missing(text, item.name):
+                continue
+            value = OmegaConf.to_container(text)[item.name]
+            assert value != getattr(schema, item.name), f"conf/{group}/{option}.yaml repeats {item.name}"
 
 
 @pytest.mark.parametrize("name", ["Qwen/Qwen2.5-VL-7B-Instruct", "/nonexistent/checkpoint"])

@@ -14,11 +14,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from data_builders.build import SyntheticDataConfig
-from data_builders.cli_config import BUILDER_SCHEMAS, OviTrainBuild, VpSftBuild, register_configs
+from data_builders.choice import Choice
+from data_builders.cli_config import (
+    BUILDER_SCHEMAS,
+    ItemForm,
+    OviTrainBuild,
+    SourceFormat,
+    TrackFormat,
+    VpSftBuild,
+    register_configs,
+)
+from data_builders.ovi_format import FORMATS
+from data_builders.ovi_train import mix_shares
+from data_builders.sources import SOURCES
+from data_builders.sources.tracks import TRACK_FORMATS
 from data_builders.video_io import write_mp4
+from data_builders.visual_prompts import PROMPT_NOUNS, PromptShape
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 CAPTIONS = {
@@ -125,14 +140,15 @@ def composer():
 
 
 @pytest.mark.parametrize("name", sorted(BUILDER_SCHEMAS))
-def test_each_builder_yaml_composes_to_its_schema(composer, name: str):
+def test_each_builder_yaml_composes_to_its_schema_setting_only_what_differs(composer, name: str):
     cfg = composer(f"builder={name}")
     assert OmegaConf.get_type(cfg.builder) is BUILDER_SCHEMAS[name]
-    # The yaml restates every default of its schema (the file is the documentation), and agrees with it.
+    # The dataclass holds every default and its documentation; the yaml never restates one.
+    yaml = OmegaConf.load(CONF / "builder" / f"{name}.yaml")
+    assert list(yaml.defaults) == [f"{name}_schema", "_self_"]
     defaults = OmegaConf.structured(BUILDER_SCHEMAS[name])
-    for key in defaults:
-        if key != "root" and not OmegaConf.is_missing(defaults, key):
-            assert cfg.builder[key] == defaults[key], key
+    for key in set(yaml) - {"defaults"}:
+        assert yaml[key] != defaults[key], f"{name}.yaml restates the default of {key}"
 
 
 def test_wrong_type_fails_at_compose(composer):
@@ -140,9 +156,41 @@ def test_wrong_type_fails_at_compose(composer):
         composer("builder=ovi_train", "builder.words_per_second=fast")
 
 
-def test_defaults_agree_with_the_builders():
-    from data_builders.ovi_train import DEFAULT_MIX, mix_shares
-    from data_builders.vp_sft import DEFAULT_SHAPES
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["builder=ovi_train", "builder.format=activitynett"], "builder.format"),
+        (["builder=ovi_train", "builder.forms=[open,essay]"], "builder.forms[1]"),
+        (["builder=ovi_train", "builder.questions.backend=template"], "builder.questions.backend"),
+        (["builder=vp_sft", "builder.format=got10"], "builder.format"),
+        (["builder=vp_sft", "builder.shapes=[rectangle,star]"], "builder.shapes[1]"),
+        (["builder=vp_sft", "builder.kinds=[colour,clas]"], "builder.kinds[1]"),
+        (["builder=vp_sft", "builder.qc.blind.backend=gpt"], "builder.qc.blind.backend"),
+        (["builder=export", "builder.format=axolotl"], "builder.format"),
+        (["builder=synthetic", "builder.shapes=[star]"], "builder.shapes[0]"),
+    ],
+)
+def test_a_value_outside_a_closed_choice_fails_at_compose(composer, overrides: list[str], key: str):
+    with pytest.raises(ConfigCompositionException) as err:
+        composer(*overrides)
+    typo = overrides[1].split("=")[1].strip("[]").split(",")[-1]
+    cause = str(err.value.__cause__)  # Hydra names the override; OmegaConf the value, the choices and the key
+    assert cause.startswith(f"Invalid value '{typo}', expected one of [") and f"full_key: {key}" in cause
 
-    assert VpSftBuild().shapes == list(DEFAULT_SHAPES) == SyntheticDataConfig().shapes
-    assert mix_shares(OviTrainBuild().mix) == mix_shares(DEFAULT_MIX)
+
+@pytest.mark.parametrize(
+    ("choice", "names"),
+    [
+        (SourceFormat, SOURCES),  # the readers OVI-Train looks up by builder.format
+        (TrackFormat, TRACK_FORMATS),  # the readers VP SFT looks up by builder.format
+        (ItemForm, FORMATS),  # the forms OVIBench rows may take
+        (PromptShape, PROMPT_NOUNS),  # the shapes visual_prompts draws and names
+    ],
+)
+def test_each_closed_choice_is_what_the_code_reads(choice: type[Choice], names):
+    assert sorted(member.value for member in choice) == sorted(names)
+
+
+def test_the_synthetic_defaults_are_the_builders_defaults():
+    assert SyntheticDataConfig().shapes == VpSftBuild().shapes
+    assert mix_shares(SyntheticDataConfig().ovi_mix) == mix_shares(OviTrainBuild().mix)

@@ -6,13 +6,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from data_builders.cli_config import ExportBuild
 from data_builders.errors import SettingError
-from data_builders.export import export_dataset
+from data_builders.export import ExportResult, export_dataset
 from data_builders.files import save_samples
 from data_builders.sample import Part, Sample, Turn
 from data_builders.video_io import read_all_frames, write_mp4
@@ -75,6 +77,10 @@ def hf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "hf"
 
 
+def _export(hf_dir: Path, out: Path, fmt: str, **settings: Any) -> ExportResult:
+    return export_dataset(ExportBuild(dataset=str(hf_dir), out=str(out), format=fmt, **settings))
+
+
 def _check_placeholders(row: dict) -> None:
     text = "".join(m["content"] for m in row["messages"])
     assert text.count("<video>") == len(row.get("videos", [])) and text.count("<image>") == len(
@@ -90,7 +96,7 @@ def _duration(path: str) -> float:
 
 
 def test_llamafactory_export(hf_dir: Path, tmp_path: Path):
-    result = export_dataset(hf_dir, tmp_path / "lf", "llamafactory", name="vp_demo")
+    result = _export(hf_dir, tmp_path / "lf", "llamafactory", name="vp_demo")
     rows = json.loads((tmp_path / "lf" / "vp_demo.json").read_text())
     assert [r["id"] for r in rows] == ["v2p_1", "ovi_1"] and result.rows == 2
     for row in rows:
@@ -117,12 +123,12 @@ def test_llamafactory_export(hf_dir: Path, tmp_path: Path):
     assert set(reasons) == {"bad_loss", "bad_tag"} and "final assistant turn" in reasons["bad_loss"]
     assert "mask_history: true" in (tmp_path / "lf" / "README.md").read_text()
     # A second export into the same folder adds its entry and keeps the first.
-    export_dataset(hf_dir, tmp_path / "lf", "llamafactory", name="other", system=None)
+    _export(hf_dir, tmp_path / "lf", "llamafactory", name="other", system=None)
     assert set(json.loads((tmp_path / "lf" / "dataset_info.json").read_text())) == {"vp_demo", "other"}
 
 
 def test_swift_export(hf_dir: Path, tmp_path: Path):
-    export_dataset(hf_dir, tmp_path / "sw", "swift", system=None)
+    _export(hf_dir, tmp_path / "sw", "swift", system=None)
     lines = (tmp_path / "sw" / "sw.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines]
     assert len(rows) == 2 and all(set(r) == {"id", "messages", "videos", "images"} for r in rows)
@@ -134,7 +140,7 @@ def test_swift_export(hf_dir: Path, tmp_path: Path):
 
 def test_unknown_format_is_a_setting_error(hf_dir: Path, tmp_path: Path):
     with pytest.raises(SettingError, match="llamafactory"):
-        export_dataset(hf_dir, tmp_path / "x", "axolotl")
+        _export(hf_dir, tmp_path / "x", "axolotl")
 
 
 def test_export_cli(hf_dir: Path, tmp_path: Path):
@@ -144,7 +150,10 @@ def test_export_cli(hf_dir: Path, tmp_path: Path):
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out" / "out.jsonl").is_file() and "2 rows, 2 left out" in done.stdout
+    # A format outside the closed choice fails when the config is composed, before anything runs.
     bad = subprocess.run(
-        [*command, "builder.format=csv", "builder.out=out"], cwd=tmp_path, capture_output=True, text=True
+        [*command, "builder.format=csv", "builder.out=bad"], cwd=tmp_path, capture_output=True, text=True
     )
-    assert bad.returncode == 2 and bad.stderr.startswith("error: format must be one of")
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    assert "Invalid value 'csv', expected one of [llamafactory, swift]" in bad.stderr
+    assert "builder.format" in bad.stderr and not (tmp_path / "bad").exists()

@@ -11,15 +11,15 @@ from collections import deque
 import pytest
 from fake_openai import ChatServer, completion, error_body
 
-from eval import judge_calibrate
-from eval.judge import (
-    HFJudge,
-    Judge,
-    JudgeUnavailable,
-    OpenAICompatibleJudge,
-    calibrate,
-    parse_judgement,
+from data_builders.text_models import (
+    EndpointConfig,
+    EndpointTextModel,
+    LocalTextModel,
+    TextModelConfig,
+    TextModelError,
 )
+from eval import judge_calibrate
+from eval.judge import Judge, calibrate, parse_judgement
 from eval.rubrics import (
     APPLIES_TO,
     BINARY,
@@ -62,15 +62,11 @@ def server(monkeypatch):
     httpd.stop()
 
 
-def _backend(server, **overrides) -> OpenAICompatibleJudge:
-    settings = {
-        "api_key_env": KEY_ENV,
-        "timeout_s": TIMEOUT_S,
-        "max_retries": 2,
-        "backoff_s": 0.01,
-    }
-    settings.update(overrides)
-    return OpenAICompatibleJudge(server.url, "judge-model", **settings)
+def _backend(server, model: str = "judge-model", sleep=time.sleep, **overrides) -> EndpointTextModel:
+    """The judge's text model behind the scripted server, as ``judge=endpoint`` builds it."""
+    settings = {"api_key_env": KEY_ENV, "timeout_s": TIMEOUT_S, "max_retries": 2, "backoff_s": 0.01}
+    endpoint = EndpointConfig(base_url=server.url, **{**settings, **overrides})
+    return EndpointTextModel(TextModelConfig("endpoint", model, endpoint=endpoint), sleep=sleep)
 
 
 def _item(kind: str = "Correction", tag: str = "Q1", **overrides) -> dict:
@@ -92,7 +88,7 @@ def _record(kind: str = "Correction", **meta_overrides) -> dict:
     prediction = item.pop("response")
     meta = {**item, "format": "open", "options": None, "question_time": 4.0, "interruption_time": 5.2}
     meta.update(meta_overrides)
-    return {"id": f"x-{kind}", "task": "ovi", "prediction": prediction, "meta": meta}
+    return {"id": f"x-{kind}", "prediction": prediction, "meta": meta}
 
 
 def _assert_no_fake_scores(judgement: dict) -> None:
@@ -177,9 +173,10 @@ def test_parse_judgement(text, scale, expected):
 def test_fenced_json_request_shape_and_key_never_stored(server, tmp_path):
     server.script.append(("reply", 'Here you go:\n```json\n{"score": 8, "reason": "smooth"}\n```\nDone.'))
     cache = tmp_path / "cache.jsonl"
-    result = Judge(_backend(server), "judge-A", cache).judge("tfs", _item())
+    result = Judge(_backend(server), cache).judge("tfs", _item())
     assert (result["score"], result["status"]) == (8.0, "ok")
-    assert result["judge"] == "judge-A" and result["rubric_version"] == RUBRIC_VERSION
+    assert result["judge"] == "endpoint:judge-model|temperature=0.0|max_tokens=256"
+    assert result["rubric_version"] == RUBRIC_VERSION
     assert "smooth" in result["raw"]
     (request,) = server.requests
     assert request["path"] == "/v1/chat/completions"
@@ -202,7 +199,7 @@ def test_fenced_json_request_shape_and_key_never_stored(server, tmp_path):
 )
 def test_replies_are_parsed_and_clamped(server, reply, expected):
     server.script.append(("reply", reply))
-    result = Judge(_backend(server), "judge-A").judge("ccs", _item())
+    result = Judge(_backend(server)).judge("ccs", _item())
     assert (result["score"], result["status"]) == expected
     assert result["raw"] == reply
     _assert_no_fake_scores(result)
@@ -212,7 +209,7 @@ def test_server_errors_are_retried_with_backoff(server):
     sleeps: list[float] = []
     server.script.extend([("status", 500), ("status", 503), ("reply", '{"score": 1}')])
     backend = _backend(server, sleep=sleeps.append)
-    result = Judge(backend, "judge-A").judge("iac", _item())
+    result = Judge(backend).judge("iac", _item())
     assert (result["score"], result["status"]) == (1.0, "ok")
     assert len(server.requests) == backend.n_requests == 3
     assert sleeps == [0.01, 0.02]  # exponential
@@ -220,13 +217,13 @@ def test_server_errors_are_retried_with_backoff(server):
 
 def test_rate_limit_is_retried(server):
     server.script.extend([("status", 429), ("reply", '{"score": 0}')])
-    result = Judge(_backend(server), "judge-A").judge("ifa", _item())
+    result = Judge(_backend(server)).judge("ifa", _item())
     assert (result["score"], result["status"], len(server.requests)) == (0.0, "ok", 2)
 
 
 def test_client_error_is_not_retried_and_leaves_the_item_unjudged(server):
     server.script.append(("status", 400))
-    result = Judge(_backend(server), "judge-A").judge("tfs", _item())
+    result = Judge(_backend(server)).judge("tfs", _item())
     assert (result["score"], result["status"]) == (None, "unjudged")
     assert "HTTP 400" in result["error"]
     assert len(server.requests) == 1
@@ -234,7 +231,7 @@ def test_client_error_is_not_retried_and_leaves_the_item_unjudged(server):
 
 def test_persistent_server_errors_end_unjudged_and_are_not_cached(server, tmp_path):
     server.script.extend([("status", 500)] * 3)
-    judge = Judge(_backend(server), "judge-A", tmp_path / "cache.jsonl")
+    judge = Judge(_backend(server), tmp_path / "cache.jsonl")
     result = judge.judge("tfs", _item())
     assert (result["score"], result["status"], len(server.requests)) == (None, "unjudged", 3)
     assert judge.judge("tfs", _item())["status"] == "ok"  # tried again, not served from the cache
@@ -244,7 +241,7 @@ def test_persistent_server_errors_end_unjudged_and_are_not_cached(server, tmp_pa
 def test_timeout_is_retried_then_unjudged(server):
     server.script.extend([("sleep", 3 * TIMEOUT_S)] * 2)
     started = time.monotonic()
-    result = Judge(_backend(server, max_retries=1), "judge-A").judge("tfs", _item())
+    result = Judge(_backend(server, max_retries=1)).judge("tfs", _item())
     assert (result["score"], result["status"]) == (None, "unjudged")
     assert len(server.requests) == 2
     assert time.monotonic() - started < 2.0
@@ -253,18 +250,40 @@ def test_timeout_is_retried_then_unjudged(server):
 def test_cache_serves_repeats_without_requests(server, tmp_path):
     cache = tmp_path / "judge" / "cache.jsonl"
     server.script.extend([("reply", '{"score": 6}'), ("reply", '{"score": 9}')])
-    first = Judge(_backend(server), "judge-A", cache)
+    first = Judge(_backend(server, model="judge-A"), cache)
     assert first.judge("tfs", _item())["score"] == 6.0
     assert first.judge("tfs", _item())["score"] == 6.0
     assert len(server.requests) == 1 and (first.n_calls, first.n_cached) == (1, 1)
-    rerun = Judge(_backend(server), "judge-A", cache)  # a re-run reads the file
+    rerun = Judge(_backend(server, model="judge-A"), cache)  # a re-run reads the file
     assert rerun.judge("tfs", _item()) == first.judge("tfs", _item())
     assert len(server.requests) == 1
-    other = Judge(_backend(server), "judge-B", cache)  # another judge is another cache key
+    other = Judge(_backend(server, model="judge-B"), cache)  # another judge is another cache key
     assert other.judge("tfs", _item())["score"] == 9.0
     assert len(server.requests) == 2
     lines = [json.loads(line) for line in cache.read_text().splitlines()]
-    assert [line["judge"] for line in lines] == ["judge-A", "judge-B"]
+    assert [line["judge"].split("|")[0] for line in lines] == ["endpoint:judge-A", "endpoint:judge-B"]
+
+
+def test_a_judgement_cut_short_by_a_kill_is_asked_again_and_the_next_one_is_kept(server, tmp_path):
+    cache = tmp_path / "cache.jsonl"
+    server.script.extend([("reply", '{"score": 6}'), ("reply", '{"score": 3}')])
+    judge = Judge(_backend(server), cache)
+    judge.judge("tfs", _item(tag="Q1"))
+    judge.judge("ccs", _item(tag="Q2"))
+    whole = cache.read_text()
+    cut = whole[: whole.index("\n") + 1] + whole[whole.index("\n") + 1 :][:40]  # the kill cut line 2
+    cache.write_text(cut)
+    server.script.extend([("reply", '{"score": 4}'), ("reply", '{"score": 8}')])
+    resumed = Judge(_backend(server), cache)
+    assert resumed.judge("tfs", _item(tag="Q1"))["score"] == 6.0  # the whole line is served
+    assert resumed.judge("ccs", _item(tag="Q2"))["score"] == 4.0  # the cut one is asked again
+    resumed.judge("iac", _item(tag="Q3"))
+    assert len(server.requests) == 4
+    # Nothing was appended onto the fragment: a third process finds every whole judgement.
+    again = Judge(_backend(server), cache)
+    assert again.judge("ccs", _item(tag="Q2"))["score"] == 4.0
+    assert again.judge("iac", _item(tag="Q3"))["score"] == 1.0
+    assert len(server.requests) == 4
 
 
 def test_judge_record_scores_only_what_was_judged(server):
@@ -279,7 +298,7 @@ def test_judge_record_scores_only_what_was_judged(server):
             ("reply", '{"score": 7}'),
         ]
     )
-    result = Judge(_backend(server), "judge-A").judge_record(_record("Correction"))
+    result = Judge(_backend(server)).judge_record(_record("Correction"))
     assert result.scores == {"iac": 1.0, "tfs": 9.0, "cfs": 10.0, "ccs": 7.0}
     assert result.n_unjudged == 2
     statuses = {metric: judgement["status"] for metric, judgement in result.judgements.items()}
@@ -290,30 +309,32 @@ def test_judge_record_scores_only_what_was_judged(server):
 
 
 def test_judge_record_follows_the_type_and_skips_mcq(server):
-    result = Judge(_backend(server), "judge-A").judge_record(_record("Cancellation"))
+    result = Judge(_backend(server)).judge_record(_record("Cancellation"))
     assert sorted(result.scores) == ["ccs", "iac", "ifa", "tfs"]
     assert len(server.requests) == 4
-    assert Judge(_backend(server), "judge-A").judge_record(_record(format="mcq")).scores == {}
+    assert Judge(_backend(server)).judge_record(_record(format="mcq")).scores == {}
     with pytest.raises(ValueError, match="interruption"):
-        Judge(_backend(server), "judge-A").judge_record(_record(interruption=None))
+        Judge(_backend(server)).judge_record(_record(interruption=None))
 
 
 # ---------------------------------------------------------------------------------------------------
 # Calibration
 
 
-class _ScriptedBackend:
+class _ScriptedModel:
     """Replies by (question tag, metric) found in the prompt; ``None`` means the judge is unavailable."""
+
+    identity = "scripted"
 
     def __init__(self, replies: dict[tuple[str, str], str | None]):
         self.replies = replies
 
-    def complete(self, prompt: str) -> str:
+    def answer(self, prompt: str, *, seed: int | None) -> str:
         tag = prompt.split("Question: ", 1)[1][:2]
         metric = prompt.split("## Metric: ", 1)[1][:3].lower()
         reply = self.replies[(tag, metric)]
         if reply is None:
-            raise JudgeUnavailable("scripted outage")
+            raise TextModelError("scripted outage")
         return reply
 
 
@@ -332,7 +353,7 @@ def _write_human_file(path) -> None:
 def test_calibrate_computes_mae_by_hand(tmp_path):
     human = tmp_path / "human.jsonl"
     _write_human_file(human)
-    backend = _ScriptedBackend(
+    backend = _ScriptedModel(
         {
             ("Q1", "iac"): '{"score": 1}',
             ("Q1", "tfs"): '{"score": 7}',
@@ -345,7 +366,7 @@ def test_calibrate_computes_mae_by_hand(tmp_path):
             ("Q4", "tfs"): None,  # unavailable: left out of the MAE
         }
     )
-    result = calibrate(Judge(backend, "scripted"), human)
+    result = calibrate(Judge(backend), human)
     # iac: |1-1| + |1-0| + |1-1| + |0-1| = 2 over 4; tfs: |7-8| + |5-5| + |10-9| = 2 over 3.
     assert list(result) == ["iac", "tfs", "ves"]
     assert result["iac"] == {"mae": 0.5, "n": 4, "n_unjudged": 0}
@@ -357,10 +378,10 @@ def test_calibrate_names_the_bad_line(tmp_path):
     human = tmp_path / "human.jsonl"
     human.write_text(json.dumps({**_item(), "human": {"tfs": 8}}) + "\n" + json.dumps(_item()) + "\n")
     with pytest.raises(ValueError, match=r"human.jsonl:2: no 'human' scores"):
-        calibrate(Judge(_ScriptedBackend({}), "scripted"), human)
+        calibrate(Judge(_ScriptedModel({})), human)
     human.write_text(json.dumps({**_item(), "human": {"tfs": 11}}) + "\n")
     with pytest.raises(ValueError, match=r":1: human tfs score 11"):
-        calibrate(Judge(_ScriptedBackend({}), "scripted"), human)
+        calibrate(Judge(_ScriptedModel({})), human)
 
 
 def test_calibrate_cli_prints_a_table(server, tmp_path, capsys):
@@ -415,13 +436,13 @@ def _tiny_causal_lm(path) -> None:
 
 
 @pytest.mark.slow  # importing transformers' model classes alone takes seconds
-def test_hf_judge_loads_lazily_and_replies(tmp_path):
+def test_a_local_judge_loads_lazily_and_replies(tmp_path):
     _tiny_causal_lm(tmp_path / "judge")
-    backend = HFJudge(str(tmp_path / "judge"), max_new_tokens=4, device="cpu")
-    assert backend._model is None  # nothing loaded before the first prompt
-    reply = backend.complete(judge_prompt("iac", _item()))
+    model = LocalTextModel(str(tmp_path / "judge"), max_tokens=4, device="cpu")
+    assert model._model is None  # nothing loaded before the first prompt
+    reply = model.answer(judge_prompt("iac", _item()), seed=0)
     assert isinstance(reply, str)
-    result = Judge(backend, backend.identity).judge("iac", _item())
-    assert result["judge"].startswith("hf:")
+    result = Judge(model).judge("iac", _item())
+    assert result["judge"].startswith("local:")
     assert result["status"] in ("ok", "fallback_number", "clamped", "unparseable")
     _assert_no_fake_scores(result)

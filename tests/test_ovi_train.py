@@ -6,10 +6,12 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from data_builders.cli_config import OviTrainBuild
 from data_builders.errors import DataError, DataErrors, SettingError
 from data_builders.ovi_format import load_ovibench, ovi_row_to_sample
 from data_builders.ovi_train import (
@@ -64,6 +66,13 @@ def _make_source(root: Path, n_videos: int, seed: int = 0, extra: dict | None = 
     return path, root / "videos"
 
 
+def ovi_build(captions: Path, videos: Path, **settings: Any) -> OviTrainBuild:
+    """An OVI-Train config for ``captions`` and ``videos``; ``out`` (unless set) beside the captions."""
+    return OviTrainBuild(
+        **{"captions": str(captions), "videos": str(videos), "out": str(captions.parent / "out"), **settings}
+    )
+
+
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return _make_source(tmp_path_factory.mktemp("anet"), n_videos=40)
@@ -71,7 +80,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def rows(source: tuple[Path, Path]) -> list[dict]:
-    rows, quarantined = build_ovi_items(*source, seed=0)
+    rows, quarantined = build_ovi_items(ovi_build(*source, seed=0))
     assert not quarantined
     return rows
 
@@ -127,22 +136,15 @@ def test_all_three_types_in_the_configured_ratio(rows: list[dict]):
 
 
 def test_mix_is_configurable(source: tuple[Path, Path]):
-    rows, _ = build_ovi_items(*source, seed=1, mix=(1, 0, 0), forms=("open",))
+    rows, _ = build_ovi_items(ovi_build(*source, seed=1, mix=[1, 0, 0], forms=["open"]))
     assert {r["interruption_type"] for r in rows} == {"Cancellation"}
-    rows, _ = build_ovi_items(*source, seed=1, mix={"Cancellation": 0, "Correction": 1, "False Trigger": 1})
+    # Cancellation : Correction : False Trigger
+    rows, _ = build_ovi_items(ovi_build(*source, seed=1, mix=[0, 1, 1]))
     assert set(Counter(r["interruption_type"] for r in rows)) == {"Correction", "False Trigger"}
     with pytest.raises(SettingError, match="mix"):
-        build_ovi_items(*source, seed=1, mix=(1, 1))
+        build_ovi_items(ovi_build(*source, seed=1, mix=[1, 1]))
     with pytest.raises(SettingError, match="forms"):
-        build_ovi_items(*source, seed=1, forms=("essay",))
-
-
-def test_reader_and_caption_model_still_importable_from_ovi_train():
-    import data_builders.ovi_train as ovi_train
-    from data_builders import sources
-
-    assert ovi_train.load_activitynet_captions is sources.load_activitynet_captions
-    assert ovi_train.CaptionedVideo is sources.CaptionedVideo and ovi_train.Caption is sources.Caption
+        build_ovi_items(ovi_build(*source, seed=1, forms=["essay"]))
 
 
 def test_interruption_falls_inside_the_answer_and_the_video(rows: list[dict]):
@@ -206,9 +208,9 @@ def test_mcq_letter_points_at_the_right_continuation(rows: list[dict], source: t
 
 
 def test_same_seed_same_items(source: tuple[Path, Path], rows: list[dict]):
-    again, _ = build_ovi_items(*source, seed=0)
+    again, _ = build_ovi_items(ovi_build(*source, seed=0))
     assert again == rows
-    other, _ = build_ovi_items(*source, seed=7)
+    other, _ = build_ovi_items(ovi_build(*source, seed=7))
     assert other != rows
 
 
@@ -218,7 +220,7 @@ def test_build_ovi_train_writes_everything(tmp_path: Path):
     }
     bad["v_novideo"] = {"duration": 10.0, "timestamps": [[0, 4]], "sentences": ["a red star spins"]}
     captions, videos = _make_source(tmp_path / "src", n_videos=6, extra=bad)
-    out = build_ovi_train(captions, videos, tmp_path / "out", seed=0, source="synthetic")
+    out = build_ovi_train(ovi_build(captions, videos, out=str(tmp_path / "out"), seed=0, source="synthetic"))
     samples = load_ovibench(out)
     assert samples and all(s.source == "synthetic" and s.task == "ovi" for s in samples)
     assert all(Path(s.turns[0].parts[0].path).is_file() for s in samples)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -14,17 +15,23 @@ from fake_openai import ChatServer, completion
 
 from data_builders.errors import SettingError
 from data_builders.qc import (
-    EndpointTextModel,
+    BlindFilterConfig,
     QcConfig,
-    TextModelError,
     balance_step,
     blind_filter,
     first_letter,
-    make_text_model,
     option_length_filter,
     qc_markdown,
     run_qc,
     shuffle_options,
+)
+from data_builders.questions import QuestionConfig
+from data_builders.text_models import (
+    EndpointConfig,
+    EndpointTextModel,
+    TextModelConfig,
+    TextModelError,
+    make_text_model,
 )
 from data_builders.v2p_format import parse_options, render_question
 
@@ -76,7 +83,7 @@ def test_option_length_rule_reports_removed_ids_and_ratio():
     assert [r["id"] for r in step.kept] == ["short", "similar"]
     ((qid, reason),) = step.removed
     assert qid == "giveaway" and "ratio 5.75 > 2.5" in reason
-    assert option_length_filter(rows, None).kept == rows
+    assert option_length_filter(rows, None, floor=8).kept == rows
 
 
 @pytest.mark.parametrize(
@@ -96,7 +103,7 @@ def test_first_letter(reply: str, n: int, index: int | None):
 
 def test_blind_filter_drops_what_text_alone_answers_every_round():
     model = KnowsSome(ANSWERS)
-    step = blind_filter(ROWS, model, rounds=2)
+    step = blind_filter(ROWS, model, rounds=2, rotate=True)
     assert [r["id"] for r in step.kept] == ["q1", "q3"]
     assert [i for i, _ in step.removed] == ["q0", "q2"]
     assert "2/2 rounds" in step.removed[0][1] and model.calls == 8
@@ -112,7 +119,7 @@ def test_rotation_stops_a_model_that_always_says_a():
             return "A"
 
     rows = [_row(f"q{i}", f"Q{i}?", ["x", "yy", "zzz", "w"], 0) for i in range(5)]
-    assert blind_filter(rows, AlwaysA(), rounds=2).removed == []
+    assert blind_filter(rows, AlwaysA(), rounds=2, rotate=True).removed == []
     assert len(blind_filter(rows, AlwaysA(), rounds=2, rotate=False).removed) == 5
 
 
@@ -123,7 +130,7 @@ def test_unjudged_rows_are_kept_and_listed_and_a_dead_model_fails_fast():
                 raise TextModelError("boom")
             return super().answer(prompt, seed=seed)
 
-    step = blind_filter(ROWS, Flaky(ANSWERS))
+    step = blind_filter(ROWS, Flaky(ANSWERS), rounds=2, rotate=True)
     assert step.info["unjudged"] == ["q3"] and "q3" in [r["id"] for r in step.kept]
 
     class Dead:
@@ -133,7 +140,7 @@ def test_unjudged_rows_are_kept_and_listed_and_a_dead_model_fails_fast():
             raise TextModelError("connection refused")
 
     with pytest.raises(TextModelError, match="first 3 questions failed"):
-        blind_filter(ROWS, Dead())
+        blind_filter(ROWS, Dead(), rounds=2, rotate=True)
 
 
 def test_shuffle_and_balance_keep_the_right_option_and_report_shares():
@@ -157,14 +164,35 @@ def test_run_qc_reports_every_step_in_markdown():
     assert steps[1].report()["removed"][0] == {"id": "q0", "reason": steps[1].removed[0][1]}
 
 
-def test_backend_settings_are_checked():
-    assert make_text_model(QcConfig()) is None
-    with pytest.raises(SettingError, match="qc.model"):
-        make_text_model(QcConfig(blind="endpoint", base_url="http://127.0.0.1:1/v1"))
-    with pytest.raises(SettingError, match="base_url"):
-        make_text_model(QcConfig(blind="endpoint", model="m"))
-    with pytest.raises(SettingError, match="qc.blind"):
-        make_text_model(QcConfig(blind="gpt"))
+def _endpoint(base_url: str | None, model: str | None = "m", **server) -> dict:
+    """Text-model settings naming an endpoint (``server``: more :class:`EndpointConfig` fields)."""
+    return {"backend": "endpoint", "model": model, "endpoint": EndpointConfig(base_url=base_url, **server)}
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"backend": "gpt"}, "{key}.backend must be one of none, endpoint, local, got 'gpt'"),
+        ({"backend": "local"}, "{key}.backend=local needs {key}.model"),
+        (_endpoint("http://127.0.0.1:1/v1", model=None), "{key}.backend=endpoint needs {key}.model"),
+        (_endpoint(None), "{key}.backend=endpoint needs {key}.endpoint.base_url"),
+        (_endpoint("localhost:8000"), "{key}.endpoint.base_url must start with http:// or https://"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("config", "key"), [(BlindFilterConfig, "builder.qc.blind"), (QuestionConfig, "builder.questions")]
+)
+def test_text_model_setting_errors_name_the_key(config: type, key: str, settings: dict, message: str):
+    assert make_text_model(config(), key) is None  # backend none: no model
+    with pytest.raises(SettingError, match=re.escape(message.format(key=key))):
+        make_text_model(config(**settings), key)
+
+
+def test_qc_names_its_blind_filter_key():
+    rows = [dict(r) for r in ROWS]
+    blind = BlindFilterConfig(**_endpoint(None))
+    with pytest.raises(SettingError, match=re.escape("builder.qc.blind.endpoint.base_url")):
+        run_qc(rows, QcConfig(blind=blind), np.random.default_rng(0))
 
 
 # --- a local OpenAI-compatible server ----------------------------------------------------------
@@ -198,14 +226,17 @@ def server() -> Iterator[Callable[..., str]]:
 def test_endpoint_backend_retries_then_filters(server):
     url = server(lambda prompt: KnowsSome(ANSWERS).answer(prompt, seed=0), fail_first=2)
     sleeps = []
-    model = EndpointTextModel(url, "fake-model", max_retries=3, sleep=sleeps.append)
-    step = blind_filter(ROWS, model)
+    model = EndpointTextModel(
+        TextModelConfig(**_endpoint(url, "fake-model", max_retries=3)), sleep=sleeps.append
+    )
+    step = blind_filter(ROWS, model, rounds=2, rotate=True)
     assert [i for i, _ in step.removed] == ["q0", "q2"] and sleeps == [1.0, 2.0]
 
 
 def test_endpoint_client_error_is_not_retried(server):
     url = server(lambda prompt: "A", fail_first=10, status=400)
-    model = EndpointTextModel(url, "m", max_retries=3, sleep=lambda s: pytest.fail("retried a 400"))
+    config = TextModelConfig(**_endpoint(url, max_retries=3))
+    model = EndpointTextModel(config, sleep=lambda s: pytest.fail("retried a 400"))
     with pytest.raises(TextModelError, match="HTTP 400"):
         model.answer("Q?\nA: x\nB: y", seed=0)
 
@@ -219,7 +250,11 @@ def test_vp_sft_cli_with_an_endpoint_blind_filter(server, tmp_path: Path):
     url = server(lambda prompt: _letter_of(prompt, next((k for k in known if k in prompt.split()), "?")))
     command = [sys.executable, "-m", "data_builders", "builder=vp_sft", "builder.world=world"]
     base = [*command, "builder.questions_per_video=6", "builder.shapes=[rectangle,triangle,scribble,som]"]
-    endpoint = [f"builder.qc.base_url={url}", "builder.qc.blind=endpoint", "builder.qc.model=fake"]
+    endpoint = [
+        f"builder.qc.blind.endpoint.base_url={url}",
+        "builder.qc.blind.backend=endpoint",
+        "builder.qc.blind.model=fake",
+    ]
     for out, extra in (("plain", []), ("blind", endpoint)):
         done = subprocess.run(
             [*base, f"builder.out={out}", *extra], cwd=tmp_path, capture_output=True, text=True
@@ -265,7 +300,9 @@ def test_local_backend_answers_from_a_model_directory(tmp_path: Path):
     )
     LlamaForCausalLM(config).save_pretrained(tmp_path / "lm")
     tokenizer.save_pretrained(tmp_path / "lm")
-    model = make_text_model(QcConfig(blind="local", model=str(tmp_path / "lm")))
+    model = make_text_model(
+        BlindFilterConfig(backend="local", model=str(tmp_path / "lm")), "builder.qc.blind"
+    )
     assert isinstance(model.answer(ROWS[0]["question"], seed=0), str)
-    step = blind_filter(ROWS, model)
+    step = blind_filter(ROWS, model, rounds=2, rotate=True)
     assert step.info["backend"].startswith("local:") and len(step.kept) + len(step.removed) == len(ROWS)

@@ -1,5 +1,5 @@
 """Question generation: the template default, the endpoint backend against a scripted local server,
-the cache (no second request, resume after a crash, a cut last line), quarantine, and the settings."""
+the cache (no second request, resume after a crash, a line a kill cut short), quarantine, and the settings."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fake_openai import ChatServer, completion
+from test_ovi_train import _make_source, ovi_build
 
 from data_builders.errors import SettingError
+from data_builders.files import JsonlStore
 from data_builders.ovi_train import build_ovi_items, build_ovi_train
 from data_builders.questions import (
     ModelQuestions,
@@ -28,7 +30,7 @@ from data_builders.questions import (
 )
 from data_builders.sources.activitynet import load_activitynet_captions
 from data_builders.sources.captions import Caption, CaptionedVideo
-from data_builders.text_models import TextModelError
+from data_builders.text_models import EndpointConfig, TextModelError
 from data_builders.video_io import write_mp4
 
 # Keywords in a caption script the fake server: BROKEN never gets valid JSON, FLAKY gets HTTP 500 once.
@@ -131,11 +133,9 @@ def server() -> Iterator[FakeServer]:
     fake.stop()
 
 
-def _endpoint(server: FakeServer, cache: Path, **extra) -> QuestionConfig:
-    settings = {"frames": 2, "backoff_s": 0.0, "max_retries": 2, **extra}
-    return QuestionConfig(
-        backend="endpoint", base_url=server.url, model="fake-vlm", cache=str(cache), **settings
-    )
+def _endpoint(server: FakeServer, cache: Path, workers: int = 1) -> QuestionConfig:
+    endpoint = EndpointConfig(base_url=server.url, backoff_s=0.0, max_retries=2, workers=workers)
+    return QuestionConfig(backend="endpoint", model="fake-vlm", cache=str(cache), frames=2, endpoint=endpoint)
 
 
 # --- template -----------------------------------------------------------------------------------
@@ -143,8 +143,8 @@ def _endpoint(server: FakeServer, cache: Path, **extra) -> QuestionConfig:
 
 def test_template_is_the_default_and_lists_questions_in_the_old_order(source: tuple[Path, Path]):
     assert isinstance(make_question_generator(QuestionConfig()), TemplateQuestions)
-    default = build_ovi_items(*source, seed=3)
-    assert default == build_ovi_items(*source, seed=3, questions=TemplateQuestions())
+    default = build_ovi_items(ovi_build(*source, seed=3))
+    assert default == build_ovi_items(ovi_build(*source, seed=3), TemplateQuestions())
     data = {
         "v": {
             "duration": 9.0,
@@ -179,9 +179,7 @@ def test_template_is_the_default_and_lists_questions_in_the_old_order(source: tu
 
 def test_template_rows_are_those_of_the_inline_templates_they_replaced(tmp_path: Path):
     # The hash of the rows the pre-`questions` code built from this source (object and plain captions).
-    from test_ovi_train import _make_source
-
-    rows, _ = build_ovi_items(*_make_source(tmp_path, n_videos=12, seed=5), seed=7)
+    rows, _ = build_ovi_items(ovi_build(*_make_source(tmp_path, n_videos=12, seed=5), seed=7))
     digest = hashlib.sha1(json.dumps(rows, sort_keys=True).encode()).hexdigest()
     assert (len(rows), digest) == (108, "6d6cdcb777ed4429d69b75a726a9fa1fdc393162")
 
@@ -192,16 +190,15 @@ def test_template_rows_are_those_of_the_inline_templates_they_replaced(tmp_path:
 def test_endpoint_answers_land_in_items_and_bad_replies_are_quarantined(
     source: tuple[Path, Path], server: FakeServer, tmp_path: Path
 ):
-    out = build_ovi_train(
-        *source, tmp_path / "out", seed=0, questions=_endpoint(server, tmp_path / "c.jsonl")
-    )
+    questions = _endpoint(server, tmp_path / "c.jsonl")
+    out = build_ovi_train(ovi_build(*source, out=str(tmp_path / "out"), seed=0, questions=questions))
     rows = [json.loads(line) for line in (out / "ovibench.jsonl").read_text().splitlines()]
     info = json.loads((out / "build_info.json").read_text())
     # 7 segments: 5 good, 1 good after an HTTP 500, 1 invalid in all 3 tries -> 5 + 2 + 3 requests
     assert len(server.requests) == 10
     summary = info["settings"]["questions"]
     assert (summary["generated"], summary["failed"], summary["requests"]) == (6, 1, 9)
-    assert summary["backend"] == "endpoint:fake-vlm|temperature=0.0|frames=2"
+    assert summary["backend"] == "endpoint:fake-vlm|temperature=0.0|max_tokens=256|frames=2"
     assert info["quarantine_reasons"] == [
         "v_park[1]: question generation failed: no valid reply in 3 tries; last: no JSON object in the reply"
     ]
@@ -225,31 +222,30 @@ def test_endpoint_answers_land_in_items_and_bad_replies_are_quarantined(
 
 
 def test_second_build_asks_nothing(source: tuple[Path, Path], server: FakeServer, tmp_path: Path):
-    config = _endpoint(server, tmp_path / "c.jsonl")
-    first = build_ovi_items(*source, seed=0, questions=make_question_generator(config))
+    config, build = _endpoint(server, tmp_path / "c.jsonl"), ovi_build(*source, seed=0)
+    first = build_ovi_items(build, make_question_generator(config))
     server.requests.clear()
     generator = make_question_generator(config)
-    assert build_ovi_items(*source, seed=0, questions=generator) == first
+    assert build_ovi_items(build, generator) == first
     assert server.requests == []
     assert (generator.summary()["from_cache"], generator.summary()["failed"]) == (7, 1)
     # retry_failed asks again for the one that failed, and nothing else
     config.retry_failed = True
-    build_ovi_items(*source, seed=0, questions=make_question_generator(config))
+    build_ovi_items(build, make_question_generator(config))
     assert len(server.requests) == 3 and all("BROKEN" in r["text"] for r in server.requests)
 
 
 def test_concurrent_requests_give_the_same_build(
     source: tuple[Path, Path], server: FakeServer, tmp_path: Path
 ):
-    one_at_a_time = build_ovi_items(
-        *source, seed=0, questions=make_question_generator(_endpoint(server, tmp_path / "a"))
-    )
+    build = ovi_build(*source, seed=0)
+    one_at_a_time = build_ovi_items(build, make_question_generator(_endpoint(server, tmp_path / "a")))
     assert server.most_in_flight == 1
     serial_requests = len(server.requests)
     server.requests.clear()
     server.delay_s, server.most_in_flight, server._flaky_seen = 0.05, 0, set()
     generator = make_question_generator(_endpoint(server, tmp_path / "b", workers=4))
-    assert build_ovi_items(*source, seed=0, questions=generator) == one_at_a_time
+    assert build_ovi_items(build, generator) == one_at_a_time
     assert server.most_in_flight > 1
     # The same requests (the flaky one retried, the broken one asked 3 times), each segment asked once.
     assert len(server.requests) == serial_requests
@@ -258,10 +254,12 @@ def test_concurrent_requests_give_the_same_build(
 
 
 def test_unreachable_endpoint_stops_a_concurrent_build(source: tuple[Path, Path], tmp_path: Path):
-    config = QuestionConfig(backend="endpoint", base_url="http://127.0.0.1:1/v1", model="m", frames=0)
-    config.max_retries, config.cache, config.workers = 0, str(tmp_path / "c.jsonl"), 3
+    endpoint = EndpointConfig(base_url="http://127.0.0.1:1/v1", max_retries=0, workers=3)
+    config = QuestionConfig(
+        backend="endpoint", model="m", frames=0, cache=str(tmp_path / "c.jsonl"), endpoint=endpoint
+    )
     with pytest.raises(TextModelError, match="first 3 segments failed"):
-        build_ovi_items(*source, seed=0, questions=make_question_generator(config))
+        build_ovi_items(ovi_build(*source, seed=0), make_question_generator(config))
 
 
 class _CrashAfter:
@@ -280,39 +278,57 @@ class _CrashAfter:
 def test_interrupted_build_resumes_with_only_the_missing_requests(
     good_source: tuple[Path, Path], server: FakeServer, tmp_path: Path
 ):
-    reference = build_ovi_items(
-        *good_source, seed=0, questions=make_question_generator(_endpoint(server, tmp_path / "r"))
-    )
+    build = ovi_build(*good_source, seed=0)
+    reference = build_ovi_items(build, make_question_generator(_endpoint(server, tmp_path / "r")))
     assert len(server.requests) == 7
     server.requests.clear()
     config = _endpoint(server, tmp_path / "c.jsonl")
     crashing = make_question_generator(config)
     crashing.model = _CrashAfter(crashing.model, 4)
     with pytest.raises(RuntimeError, match="crash"):
-        build_ovi_items(*good_source, seed=0, questions=crashing)
+        build_ovi_items(build, crashing)
     assert len(server.requests) == 4 and len((tmp_path / "c.jsonl").read_text().splitlines()) == 4
     server.requests.clear()
-    assert build_ovi_items(*good_source, seed=0, questions=make_question_generator(config)) == reference
+    assert build_ovi_items(build, make_question_generator(config)) == reference
     assert len(server.requests) == 3
-    # A crash mid-write leaves a cut last line: it is dropped and asked again, and the file stays whole.
+
+
+def test_a_cache_line_cut_by_a_kill_loses_nothing(
+    good_source: tuple[Path, Path], server: FakeServer, tmp_path: Path
+):
+    build, config = ovi_build(*good_source, seed=0), _endpoint(server, tmp_path / "c.jsonl")
+    reference = build_ovi_items(build, make_question_generator(config))
     cache = tmp_path / "c.jsonl"
-    cache.write_bytes(cache.read_bytes()[:-20])
+    lines = cache.read_text().splitlines()
+    assert len(lines) == len(server.requests) == 7
+    cache.write_bytes(cache.read_bytes()[:-20])  # killed while appending the last segment's line
     server.requests.clear()
     generator = make_question_generator(config)
-    assert build_ovi_items(*good_source, seed=0, questions=generator) == reference
-    assert len(server.requests) == 1 and generator.summary()["cache_lines_dropped"] == 1
-    assert [json.loads(line)["key"] for line in cache.read_text().splitlines()]
+    assert build_ovi_items(build, generator) == reference
+    # Only the cut segment is asked again; every other answer comes from the cache.
+    summary = generator.summary()
+    assert len(server.requests) == 1 and summary["cache_lines_dropped"] == 1
+    assert (summary["from_cache"], summary["generated"]) == (6, 1)
+    # The new line is whole, on a line of its own after the fragment, and holds the cut segment again.
+    after = cache.read_text().splitlines()
+    assert after[:6] == lines[:6] and lines[6].startswith(after[6]) and len(after) == 8
+    assert json.loads(after[7])["key"] == json.loads(lines[6])["key"]
+    assert JsonlStore(cache, key="key").read() == {
+        record["key"]: record for record in map(json.loads, [*lines[:6], after[7]])
+    }
 
 
 def test_unreachable_endpoint_stops_the_build(source: tuple[Path, Path], tmp_path: Path):
-    config = QuestionConfig(backend="endpoint", base_url="http://127.0.0.1:1/v1", model="m", frames=0)
-    config.max_retries, config.cache = 0, str(tmp_path / "c.jsonl")
+    endpoint = EndpointConfig(base_url="http://127.0.0.1:1/v1", max_retries=0)
+    config = QuestionConfig(
+        backend="endpoint", model="m", frames=0, cache=str(tmp_path / "c.jsonl"), endpoint=endpoint
+    )
     with pytest.raises(TextModelError, match="first 3 segments failed"):
-        build_ovi_items(*source, seed=0, questions=make_question_generator(config))
+        build_ovi_items(ovi_build(*source, seed=0), make_question_generator(config))
     assert not (tmp_path / "c.jsonl").exists()  # transport failures are not cached
 
 
-# --- hf (text only) and the pieces ---------------------------------------------------------------
+# --- local (text only) and the pieces ---------------------------------------------------------------
 
 
 class _FakeLocal:
@@ -328,14 +344,14 @@ class _FakeLocal:
 
 def test_text_only_model_sees_captions_and_no_frames(source: tuple[Path, Path], tmp_path: Path):
     model = _FakeLocal()
-    rows, quarantined = build_ovi_items(
-        *source, seed=0, questions=ModelQuestions(model, cache=tmp_path / "c")
-    )
+    generator = ModelQuestions(model, QuestionConfig(frames=0), tmp_path / "c")
+    rows, quarantined = build_ovi_items(ovi_build(*source, seed=0), generator)
     assert len(model.prompts) == 7 and not quarantined and rows
     assert "frames" not in model.prompts[0] and "- A man chops onions on a board." in model.prompts[0]
-    config = QuestionConfig(backend="hf", model="some/dir", frames=4)
+    config = QuestionConfig(backend="local", model="some/dir", frames=4, endpoint=EndpointConfig(workers=8))
     generator = make_question_generator(config, tmp_path)
-    assert generator.frames == 0 and generator.cache.path == tmp_path / "question_cache.jsonl"
+    assert (generator.frames, generator.workers) == (0, 1)
+    assert generator.cache_path == tmp_path / "question_cache.jsonl"
 
 
 @pytest.mark.parametrize(
@@ -360,11 +376,17 @@ def test_parse_reply(reply: str, why: str):
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        (QuestionConfig(backend="vlm"), "questions.backend"),
-        (QuestionConfig(backend="endpoint", base_url="http://x/v1"), "questions.model"),
-        (QuestionConfig(backend="endpoint", model="m"), "questions.base_url"),
-        (QuestionConfig(backend="endpoint", model="m", base_url="localhost:8000"), "http"),
-        (QuestionConfig(backend="hf", model="m", attempts=0), "attempts"),
+        (QuestionConfig(backend="vlm"), "builder.questions.backend"),
+        (
+            QuestionConfig(backend="endpoint", endpoint=EndpointConfig(base_url="http://x/v1")),
+            "builder.questions.model",
+        ),
+        (QuestionConfig(backend="endpoint", model="m"), "builder.questions.endpoint.base_url"),
+        (
+            QuestionConfig(backend="endpoint", model="m", endpoint=EndpointConfig(base_url="localhost:8000")),
+            "builder.questions.endpoint.base_url must start with http",
+        ),
+        (QuestionConfig(backend="local", model="m", attempts=0), "attempts"),
     ],
 )
 def test_bad_settings_are_named(config: QuestionConfig, message: str):

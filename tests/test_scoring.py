@@ -1,22 +1,16 @@
-"""Scoring rules for V2P-Bench and OVIBench on hand-picked tricky responses."""
+"""Scoring rules for V2P-Bench and OVIBench on hand-picked tricky responses, and benchmarks as objects."""
 
 from __future__ import annotations
 
 import pytest
 
-from eval.scoring import (
-    DIMENSIONS,
-    TASK_GROUPS,
-    category_keys,
-    duration_bucket,
-    official_correct,
-    parse_ovi_mcq,
-    prompt_shape,
-    score_ovi,
-    score_v2p,
-    scored_record,
-    tolerant_letter,
-)
+from data_builders.v2p_format import DIMENSIONS
+from eval.answers import official_correct, parse_ovi_mcq, tolerant_letter
+from eval.benchmarks import BENCHMARKS
+from eval.benchmarks.ovi import OVI
+from eval.benchmarks.shapes import prompt_shape
+from eval.benchmarks.v2p import TASK_GROUPS, V2P, duration_bucket
+from eval.scored import scored_record
 
 QUESTION = (
     "What did the person pointed to by the arrow do next?\n"
@@ -130,57 +124,89 @@ def test_parse_ovi_mcq(prediction: str, parsed: tuple[str | None, str | None]) -
     assert parse_ovi_mcq(prediction) == parsed
 
 
-def _v2p_record(prediction: str) -> dict:
-    meta = {
-        "answer": "B",
-        "options": ["opened a box", "sat down", "left", "waved"],
-        "dimension": 5,
-        "duration": 600,
-        "source": "NExTVideo",
-        "question": QUESTION,
-    }
-    return {"id": "v2p-1", "task": "v2p", "prediction": prediction, "meta": meta}
+V2P_META = {
+    "answer": "B",
+    "options": ["opened a box", "sat down", "left", "waved"],
+    "dimension": 5,
+    "duration": 600,
+    "source": "NExTVideo",
+    "question": QUESTION,
+}
 
 
-def _ovi_record(prediction: str, fmt: str = "mcq") -> dict:
+def _ovi_meta(fmt: str = "mcq") -> dict:
     meta = {"format": fmt, "interruption_type": "Correction"}
     if fmt == "mcq":
         meta["answer_letter"] = "B"
-    return {"id": "ovi-1", "task": "ovi", "prediction": prediction, "meta": meta}
+    return meta
 
 
-def test_score_v2p_reports_both_rules() -> None:
-    assert score_v2p(_v2p_record("B")) == {"correct": 1.0, "correct_tolerant": 1.0}
-    assert score_v2p(_v2p_record("Answer: B")) == {"correct": 0.0, "correct_tolerant": 1.0}
-    assert score_v2p(_v2p_record("")) == {"correct": 0.0, "correct_tolerant": 0.0}
+def test_v2p_scores_by_both_rules() -> None:
+    assert V2P.score("B", V2P_META) == {"accuracy": 1.0, "accuracy_tolerant": 1.0}
+    assert V2P.score("Answer: B", V2P_META) == {"accuracy": 0.0, "accuracy_tolerant": 1.0}
+    assert V2P.score("", V2P_META) == {"accuracy": 0.0, "accuracy_tolerant": 0.0}
 
 
-def test_score_ovi_mcq_and_open() -> None:
-    assert score_ovi(_ovi_record("B (Correction)")) == {"ma": 1.0, "ca": 1.0}
-    assert score_ovi(_ovi_record("B (Cancellation)")) == {"ma": 1.0, "ca": 0.0}
-    assert score_ovi(_ovi_record("A (Correction)")) == {"ma": 0.0, "ca": 1.0}
+def test_ovi_scores_mcq_by_rule_and_leaves_open_items_to_the_judge() -> None:
+    assert OVI.score("B (Correction)", _ovi_meta()) == {"ma": 1.0, "ca": 1.0}
+    assert OVI.score("B (Cancellation)", _ovi_meta()) == {"ma": 1.0, "ca": 0.0}
+    assert OVI.score("A (Correction)", _ovi_meta()) == {"ma": 0.0, "ca": 1.0}
     # Open-ended items wait for the judge: no scores, never zeros.
-    assert score_ovi(_ovi_record("I stop here.", fmt="open")) == {}
+    assert OVI.score("I stop here.", _ovi_meta("open")) == {}
+    assert OVI.judged_metrics(_ovi_meta("open")) == ["iac", "tfs", "ves", "ifa", "cfs", "ccs"]
+    assert OVI.judged_metrics(_ovi_meta()) == []
 
 
-def test_category_keys() -> None:
-    assert category_keys(_v2p_record("B")) == {
+def test_categories() -> None:
+    assert V2P.categories(V2P_META) == {
         "dimension": "FT",
         "duration": "medium",
         "task_group": "temporal",
         "source": "NExTVideo",
         "shape": "arrow",
     }
-    assert category_keys(_ovi_record("B", fmt="open")) == {"type": "Correction", "format": "open"}
+    assert OVI.categories(_ovi_meta("open")) == {"type": "Correction", "format": "open"}
 
 
-def test_scored_record_shape() -> None:
-    row = scored_record(_v2p_record("B"))
-    assert row["id"] == "v2p-1" and row["task"] == "v2p"
-    assert row["scores"] == {"correct": 1.0, "correct_tolerant": 1.0}
-    assert row["categories"]["dimension"] == "FT"
+def test_a_scored_record_is_computed_from_the_stored_prediction() -> None:
+    record = {"id": "v2p-1", "prediction": "B", "meta": V2P_META}
+    row = scored_record(V2P, record, judged_by=None)
+    assert row == {
+        "id": "v2p-1",
+        "scores": {"accuracy": 1.0, "accuracy_tolerant": 1.0},
+        "categories": V2P.categories(V2P_META),
+        "n_unjudged_metrics": 0,
+    }
 
 
-def test_unknown_task_is_an_error() -> None:
-    with pytest.raises(ValueError, match="unknown task"):
-        scored_record({"id": "x", "task": "nope", "prediction": "", "meta": {}})
+def test_judged_metrics_count_only_by_the_judge_in_use_and_the_current_rubric() -> None:
+    from eval.rubrics import RUBRIC_VERSION
+
+    def judgement(judge: str, score: float | None, rubric: str = RUBRIC_VERSION) -> dict:
+        return {"judge": judge, "score": score, "rubric_version": rubric, "status": "ok"}
+
+    record = {
+        "id": "o1",
+        "prediction": "Okay, I stop.",
+        "meta": _ovi_meta("open"),
+        "judgements": {
+            "iac": judgement("judge-a", 1.0),
+            "tfs": judgement("judge-b", 7.0),  # another judge's score
+            "ves": judgement("judge-a", None),  # could not be parsed
+            "ifa": judgement("judge-a", 1.0, rubric="ovi-0"),  # an older rubric
+            "cfs": judgement("judge-a", 4.0),
+        },
+    }
+    row = scored_record(OVI, record, judged_by="judge-a")
+    assert row["scores"] == {"iac": 1.0, "cfs": 4.0} and row["n_unjudged_metrics"] == 4
+    assert scored_record(OVI, record, judged_by=None)["n_unjudged_metrics"] == 6  # no judge: all unjudged
+    narrowed = scored_record(OVI, record, judged_by="judge-a", wanted=["iac", "tfs"])
+    assert narrowed["scores"] == {"iac": 1.0} and narrowed["n_unjudged_metrics"] == 1
+
+
+def test_every_benchmark_is_one_entry_whose_name_is_its_key() -> None:
+    assert {"v2p", "ovi"} <= BENCHMARKS.keys()
+    for name, bench in BENCHMARKS.items():
+        assert bench.name == name and bench.version >= 1
+        assert (bench.source is None) == (bench.load is not None)
+        assert bench.source is None or bench.source in BENCHMARKS

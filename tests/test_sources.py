@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_ovi_train import ovi_build
 
 from data_builders.errors import DataError, DataErrors, SettingError
 from data_builders.ovi_format import check_ovi_row, load_ovibench
@@ -160,12 +161,12 @@ def test_qvhighlights_bad_lines_are_named(tmp_path: Path):
 
 def test_qvhighlights_builds_ovi_items(qvh: tuple[Path, Path, Path]):
     train, test, videos_dir = qvh
-    rows, quarantined = build_ovi_items(train, videos_dir, seed=0, source_format="qvhighlights")
+    rows, quarantined = build_ovi_items(ovi_build(train, videos_dir, format="qvhighlights"))
     _check_rows(rows, "qvhighlights")
     assert len(quarantined) == 3
     assert {r["source_id"] for r in rows} == {"j7rJstUseKg_360.0_510.0", "NUsG9BgSes0_210.0_360.0"}
     assert {tuple(r["segment"]) for r in rows} == {(0.0, 10.0), (20.0, 34.5), (100.0, 150.0), (40.0, 52.0)}
-    rows, quarantined = build_ovi_items(test, videos_dir, seed=0, source_format="qvhighlights")
+    rows, quarantined = build_ovi_items(ovi_build(test, videos_dir, format="qvhighlights"))
     assert not quarantined and {tuple(r["segment"]) for r in rows} == {(0.0, 150.0)}
 
 
@@ -268,7 +269,7 @@ def test_youcook2_bad_entries_are_named(tmp_path: Path):
 
 
 def test_youcook2_builds_ovi_items(youcook2: tuple[Path, Path]):
-    rows, quarantined = build_ovi_items(*youcook2, seed=0, source_format="youcook2")
+    rows, quarantined = build_ovi_items(ovi_build(*youcook2, format="youcook2"))
     _check_rows(rows, "youcook2")
     assert len(quarantined) == 3
     by_video = {r["source_id"]: r["video_path"] for r in rows}
@@ -366,7 +367,7 @@ def test_ucf_crime_bad_lines_are_named(ucf: tuple[Path, Path]):
 
 
 def test_ucf_crime_builds_ovi_train_with_nested_videos(ucf: tuple[Path, Path], tmp_path: Path):
-    out = build_ovi_train(*ucf, tmp_path / "out", seed=0, source_format="ucf_crime", forms=("open",))
+    out = build_ovi_train(ovi_build(*ucf, out=str(tmp_path / "out"), format="ucf_crime", forms=["open"]))
     rows = [json.loads(line) for line in (out / "ovibench.jsonl").read_text().splitlines()]
     _check_rows(rows, "ucf_crime")
     assert {(r["source_id"], tuple(r["segment"])) for r in rows} == {
@@ -478,7 +479,7 @@ def test_moviechat_bad_files_are_named(moviechat: tuple[Path, Path]):
 
 
 def test_moviechat_builds_ovi_items_asking_its_own_questions(moviechat: tuple[Path, Path]):
-    rows, quarantined = build_ovi_items(*moviechat, seed=0, source_format="moviechat", forms=("open",))
+    rows, quarantined = build_ovi_items(ovi_build(*moviechat, format="moviechat", forms=["open"]))
     _check_rows(rows, "moviechat")
     assert "1[1]: answer too short to interrupt" in quarantined and len(quarantined) == 4
     asked = {(r["source_id"], r["question_time"]): (r["question"], r["answer"]) for r in rows}

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from data_builders.cli_config import VpSftBuild
 from data_builders.errors import DataError, SettingError
 from data_builders.sources.tracks import load_generic_track, read_got10k, read_lasot, read_tracks
 from data_builders.v2p_format import parse_options
 from data_builders.video_io import read_all_frames, write_mp4
-from data_builders.vp_sft import DrawSettings, build_vp_sft, questions_from_track
+from data_builders.vp_sft import build_vp_sft, questions_from_track
 
 W, H, N = 64, 48, 30
 
@@ -134,7 +135,8 @@ def test_got10k_build_asks_only_what_one_annotated_object_supports(tmp_path: Pat
     _got10k_sequence(root, "seq_a", "zebra", absent=set(range(12, 22)))
     _got10k_sequence(root, "seq_b", "car", absent=set(range(20, 30)), step=(0, 1))
     _got10k_sequence(root, "seq_c", "person", absent=set())
-    out = build_vp_sft(root, tmp_path / "out", seed=0, questions_per_video=6, source_format="got10k")
+    cfg = VpSftBuild(world=str(root), out=str(tmp_path / "out"), questions_per_video=6, format="got10k")
+    out = build_vp_sft(cfg)
     rows = [json.loads(line) for line in (out / "v2p" / "dataset_info.jsonl").read_text().splitlines()]
     kinds = Counter(r["category"] for r in rows)
     assert set(kinds) <= {3, 6, 7} and len(kinds) == 3, kinds  # direction, visibility, class only
@@ -186,16 +188,19 @@ def test_mask_contour_follows_the_tracks_polygon(tmp_path: Path):
     }
     (tmp_path / "m.json").write_text(json.dumps({**track, "objects": [obj]}))
     loaded = load_generic_track(tmp_path / "m.json", tmp_path)
-    draw = DrawSettings(colours=("white",), widths=(1,), doodle_share=0.0)
+    cfg = VpSftBuild(
+        world=str(tmp_path),
+        out=str(tmp_path / "out"),
+        questions_per_video=1,
+        shapes=["mask_contour"],
+        kinds=["class"],
+        colours=["white"],
+        line_widths=[1],
+        doodle_share=0.0,
+    )
+    vocab = {"class": ["cup", "mug", "vase"]}
     (row,) = questions_from_track(
-        loaded,
-        np.random.default_rng(0),
-        out_root=tmp_path / "out",
-        shapes=("mask_contour",),
-        per_video=1,
-        kinds=("class",),
-        vocab={"class": ["cup", "mug", "vase"]},
-        draw=draw,
+        loaded, cfg, np.random.default_rng(0), out_root=tmp_path / "out", vocab=vocab
     )
     drawn = np.asarray(Image.open(tmp_path / "out" / "frames" / row["frame_path"])).max(axis=2)
     # The ring runs just outside the triangle: under its base, not in the box's top corners.

@@ -6,11 +6,13 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from data_builders.cli_config import VpSftBuild
 from data_builders.errors import DataError, SettingError
 from data_builders.qc import balance_answer_letters
 from data_builders.v2p_format import load_v2p_release, parse_options, render_question
@@ -85,18 +87,22 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _make_world(tmp_path_factory.mktemp("world"), n_videos=12)
 
 
-def _all_questions(world: Path, out: Path, seed: int = 1, **kwargs) -> list[tuple[dict, dict]]:
-    rng = np.random.default_rng(seed)
+def _build(world: Path, out: Path, **settings: Any) -> VpSftBuild:
+    return VpSftBuild(world=str(world), out=str(out), **settings)
+
+
+def _all_questions(world: Path, out: Path, seed: int = 1, **settings: Any) -> list[tuple[dict, dict]]:
+    rng, cfg = np.random.default_rng(seed), _build(world, out, **settings)
     pairs = []
     for track_file in sorted((world / "tracks").glob("*.json")):
         track = json.loads(track_file.read_text())
-        for row in questions_from_tracks(track_file, world, rng, out_root=out, **kwargs):
+        for row in questions_from_tracks(track_file, cfg, rng, out_root=out):
             pairs.append((row, track))
     return pairs
 
 
 def test_questions_never_name_the_target_and_answers_are_true(world: Path, tmp_path: Path):
-    pairs = _all_questions(world, tmp_path, per_video=5)
+    pairs = _all_questions(world, tmp_path, questions_per_video=5)
     assert len(pairs) >= 40
     assert {r["dimension"] for r, _ in pairs} >= {1, 3, 10}
     for row, track in pairs:
@@ -146,8 +152,8 @@ def _visibility_truth(stem: str, target: dict, keyframe: int) -> str:
 
 
 def test_all_eight_shapes_in_several_styles_deterministically(world: Path, tmp_path: Path):
-    pairs = _all_questions(world, tmp_path / "a", per_video=6, shapes=SHAPES)
-    again = _all_questions(world, tmp_path / "b", per_video=6, shapes=SHAPES)
+    pairs = _all_questions(world, tmp_path / "a", questions_per_video=6, shapes=list(SHAPES))
+    again = _all_questions(world, tmp_path / "b", questions_per_video=6, shapes=list(SHAPES))
     assert [r for r, _ in pairs] == [r for r, _ in again]
     assert {r["prompt_shape"] for r, _ in pairs} == set(SHAPES)
     styles = [r["prompt_style"] for r, _ in pairs]
@@ -162,7 +168,7 @@ def test_all_eight_shapes_in_several_styles_deterministically(world: Path, tmp_p
 
 
 def test_prompt_noun_never_repeats_the_targets_shape(world: Path, tmp_path: Path):
-    pairs = _all_questions(world, tmp_path, shapes=("ellipse", "rectangle"))
+    pairs = _all_questions(world, tmp_path, shapes=["ellipse", "rectangle"])
     circles = [r for r, t in pairs if t["objects"][r["target_id"]]["attributes"]["shape"] == "circle"]
     assert circles and all(r["prompt_shape"] == "rectangle" for r in circles)
     assert all("the circle" not in r["question"] for r in circles)
@@ -170,7 +176,9 @@ def test_prompt_noun_never_repeats_the_targets_shape(world: Path, tmp_path: Path
 
 def test_frames_are_drawn_and_videos_linked(world: Path, tmp_path: Path):
     track_file = world / "tracks" / "v00.json"
-    rows = questions_from_tracks(track_file, world, np.random.default_rng(0), out_root=tmp_path)
+    rows = questions_from_tracks(
+        track_file, _build(world, tmp_path), np.random.default_rng(0), out_root=tmp_path
+    )
     assert rows
     raw = read_all_frames(world / "videos" / "v00.mp4")
     for row in rows:
@@ -203,7 +211,7 @@ def test_balance_answer_letters_within_three_points():
 def test_build_vp_sft_writes_release_hf_and_reports(world: Path, tmp_path: Path):
     import datasets
 
-    out = build_vp_sft(world, tmp_path / "vp", seed=3, questions_per_video=4)
+    out = build_vp_sft(_build(world, tmp_path / "vp", seed=3, questions_per_video=4))
     samples = load_v2p_release(out / "v2p")
     assert len(samples) >= 36
     letters = Counter(s.meta["answer"] for s in samples)
@@ -218,8 +226,8 @@ def test_build_vp_sft_writes_release_hf_and_reports(world: Path, tmp_path: Path)
 
 
 def test_same_seed_same_questions(world: Path, tmp_path: Path):
-    a = build_vp_sft(world, tmp_path / "a", seed=5) / "v2p" / "dataset_info.jsonl"
-    b = build_vp_sft(world, tmp_path / "b", seed=5) / "v2p" / "dataset_info.jsonl"
+    a = build_vp_sft(_build(world, tmp_path / "a", seed=5)) / "v2p" / "dataset_info.jsonl"
+    b = build_vp_sft(_build(world, tmp_path / "b", seed=5)) / "v2p" / "dataset_info.jsonl"
     assert a.read_text() == b.read_text()
 
 
@@ -228,15 +236,16 @@ def test_bad_track_names_file_and_field(world: Path, tmp_path: Path):
     track["objects"][1]["boxes"]["3"] = [5, 5, 2, 9]
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(track))
+    cfg = _build(world, tmp_path)
     with pytest.raises(DataError, match=r"bad\.json.*objects\[1\]\.boxes\['3'\]"):
-        questions_from_tracks(bad, world, np.random.default_rng(0), out_root=tmp_path)
+        questions_from_tracks(bad, cfg, np.random.default_rng(0), out_root=tmp_path)
     del track["fps"]
     bad.write_text(json.dumps(track))
     with pytest.raises(DataError, match="field 'fps'"):
-        questions_from_tracks(bad, world, np.random.default_rng(0), out_root=tmp_path)
+        questions_from_tracks(bad, cfg, np.random.default_rng(0), out_root=tmp_path)
 
 
 def test_unknown_prompt_shape_is_a_setting_error(world: Path, tmp_path: Path):
     with pytest.raises(SettingError, match="shapes"):
-        build_vp_sft(world, tmp_path / "out", seed=0, shapes=("star",))
+        build_vp_sft(_build(world, tmp_path / "out", shapes=["star"]))
     assert not (tmp_path / "out").exists()

@@ -1,22 +1,19 @@
-"""Training data: samples from HF datasets on disk, their frames warmed into the cache, batched.
+"""Training data: samples from HF datasets on disk, rendered by the chat adapter, batched, and ordered so
+every rank's batch holds the same kinds of media.
 
-Before training, every sample's video spans and images are decoded once into the frame cache
-(with a progress bar). A sample whose media cannot be decoded is quarantined: left out, counted by
-reason and listed in ``quarantine_train.json`` in the run directory, never dropped silently.
+Before training, the recipe decodes every sample's media once into the frame cache
+(``data_builders.media.check_media``); a sample whose media cannot be decoded is quarantined: left out,
+counted by reason and listed in ``quarantine_train.json`` in the run directory, never dropped silently.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
-from data_builders.errors import DataError, DecodeError
-from data_builders.files import write_json_atomic
-from data_builders.media import FrameCache, MediaSpec, load_image
+from data_builders.errors import DataError
 from data_builders.sample import Sample
 from models.chat import VideoChatAdapter
 
@@ -43,40 +40,9 @@ def load_samples(dataset_dirs: list[str]) -> list[Sample]:
     return samples
 
 
-def check_media(
-    samples: list[Sample], media: MediaSpec, cache: FrameCache, desc: str
-) -> tuple[list[Sample], list]:
-    """Decode every sample's media once (warming the cache); split off those that fail.
-
-    Returns:
-        (usable samples, quarantined entries ``{"id", "file", "reason"}``).
-    """
-    usable, quarantined = [], []
-    for sample in tqdm(samples, desc=f"decode {desc}", unit="sample"):
-        try:
-            for turn in sample.turns:
-                for part in turn.parts:
-                    if part.type == "video":
-                        cache.clip(part.path, part.start, part.end, media)
-                    elif part.type == "image":
-                        load_image(part.path, media)
-            usable.append(sample)
-        except DecodeError as exc:
-            quarantined.append({"id": sample.id, "file": exc.path, "reason": exc.reason})
-    return usable, quarantined
-
-
-def quarantine_counts(entries: list[dict]) -> dict[str, int]:
-    """Quarantined items counted by the first words of their reason."""
-    return dict(Counter(e["reason"].split(":")[0] for e in entries))
-
-
-def write_quarantine(run_dir: str | Path, name: str, entries: list[dict]) -> None:
-    write_json_atomic(Path(run_dir) / f"quarantine_{name}.json", entries, indent=2)
-
-
 class SampleDataset(torch.utils.data.Dataset):
-    """Samples rendered for training (decoding happens here, in dataloader workers)."""
+    """Samples rendered for training (frames come from the cache, or are decoded here in dataloader
+    workers when the cache is off)."""
 
     def __init__(self, samples: list[Sample], adapter: VideoChatAdapter):
         self.samples = samples

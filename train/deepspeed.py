@@ -56,7 +56,7 @@ def _zero_section(cfg: TrainerConfig) -> dict[str, Any]:
     return zero
 
 
-def write_deepspeed_config(config: dict[str, Any] | None, run_dir: str | Path) -> None:
-    """Record the config as ``<run_dir>/deepspeed.json`` (before the Trainer fills in the "auto"s)."""
+def write_deepspeed_config(config: dict[str, Any] | None, path: str | Path) -> None:
+    """Record the config (``RunDir.deepspeed_file``) before the Trainer fills in the "auto"s."""
     if config is not None:
-        write_json_atomic(Path(run_dir) / "deepspeed.json", config, indent=2)
+        write_json_atomic(path, config, indent=2)

@@ -1,23 +1,22 @@
-"""V2P-Bench hack diagnostics as transformed copies of the benchmark's samples.
+"""V2P-Bench hack diagnostics: benchmarks derived from the V2P items.
 
 The V2P-Bench paper probes whether a model answers from the evidence or guesses; its authors released no
 code for it, so each transform here is *our reconstruction* of the paper's description. Every diagnostic is
-a copy of the V2P samples (same item ids) evaluated as one more benchmark, so per-sample results, resume,
-``summary.json``, deltas against the baseline and W&B logging apply unchanged:
+a copy of the (media-checked) V2P items, same ids, evaluated as one more benchmark, so per-item results,
+resume, ``summary.json``, deltas against the baseline and W&B logging apply unchanged:
 
-=============  ==================  ===========================================================================
-choice         benchmark           the copy
-=============  ==================  ===========================================================================
-blind          ``v2p_blind``       text only: no video, no visual-prompt (VP) frame
-z_option       ``v2p_z``           an option ``Z: the video does not provide enough information`` appended
-shuffled,      ``v2p_shuffled``    the video and VP frame of another item in the same duration bucket, with
-hack_ratio                         the Z option (both choices select this one benchmark)
-text_prompt    ``v2p_text_prompt`` the target named in words ("the red circle"), VP frame removed
-=============  ==================  ===========================================================================
+===================  ===========================================================================
+benchmark            the copy
+===================  ===========================================================================
+``v2p_blind``        text only: no video, no visual-prompt (VP) frame
+``v2p_z``            an option ``Z: the video does not provide enough information`` appended
+``v2p_shuffled``     the video and VP frame of another item in the same duration bucket, with the Z
+                     option: the refusal rate and the hack ratio
+``v2p_text_prompt``  the target named in words ("the red circle"), VP frame removed
+===================  ===========================================================================
 
-The transforms are pure functions ``Sample -> Sample``; :func:`build_diagnostics` applies the chosen ones
-to the (already media-checked) V2P samples. Their metrics come from ``eval.scoring`` (``z_rate``,
-``refusal_rate``, ``hack_ratio``), keyed on ``meta["diagnostic"]``.
+The transforms are pure functions ``Sample -> Sample``; each benchmark below derives its items from the
+V2P items with one of them.
 """
 
 from __future__ import annotations
@@ -30,21 +29,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from core.config import EvalConfig
+from data_builders.media import MediaSpec
 from data_builders.sample import Part, Sample, Turn
 from data_builders.visual_prompts import PROMPT_NOUNS
 from data_builders.vp_variants import TargetsUnavailable, load_targets, target_phrase
-from eval.scoring import duration_bucket
+from eval.answers import official_correct, tolerant_letter
+from eval.benchmarks import v2p
+from eval.benchmarks.base import Benchmark, Derived, Meta
 
 Z_OPTION = "Z: the video does not provide enough information"
+Z_LETTERS = "ABCDZ"  # option letters when the Z option is offered
 
-# Config choice -> the benchmark it adds. shuffled and hack_ratio measure the same inputs.
-BENCHMARKS: dict[str, str] = {
-    "blind": "v2p_blind",
-    "z_option": "v2p_z",
-    "shuffled": "v2p_shuffled",
-    "hack_ratio": "v2p_shuffled",
-    "text_prompt": "v2p_text_prompt",
-}
 # Benchmark -> (title, what its numbers mean), for report.md.
 DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "v2p_blind": (
@@ -82,13 +78,6 @@ _VP_REFERENCE = re.compile(
     rf"(?:by|with|in)\s+(?:the|an?)\s+(?:[\w-]+\s+){{0,2}}?(?:{_NOUNS})\b",
     re.IGNORECASE,
 )
-
-
-def check_names(names: Iterable[str]) -> None:
-    """Raise ValueError naming any unknown diagnostic."""
-    unknown = [name for name in names if name not in BENCHMARKS]
-    if unknown:
-        raise ValueError(f"unknown diagnostics {unknown} (known: {', '.join(BENCHMARKS)})")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -178,7 +167,7 @@ def shuffle_pairs(samples: Sequence[Sample], seed: int) -> tuple[list[Sample], l
     """
     buckets: dict[str, dict[str, list[Sample]]] = {}
     for sample in samples:
-        bucket = duration_bucket(float(sample.meta["duration"]))
+        bucket = v2p.duration_bucket(float(sample.meta["duration"]))
         buckets.setdefault(bucket, {}).setdefault(_video_key(sample), []).append(sample)
     donors: dict[str, Sample] = {}
     left_out: list[str] = []
@@ -208,37 +197,27 @@ def _trim(groups: list[list[Sample]]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Building the diagnostic benchmarks
+# Derivations: V2P items -> the diagnostic's items
 
 
-def build_diagnostics(
-    samples: Sequence[Sample], names: Sequence[str], *, seed: int, release_root: str | Path | None
-) -> tuple[dict[str, list[Sample]], dict[str, dict[str, Any]]]:
-    """The chosen diagnostics of the V2P samples, and what the summary should say about each.
+def _blind_items(samples: list[Sample], cfg: EvalConfig) -> Derived:
+    return Derived([blind(s) for s in samples])
 
-    Returns:
-        ``(benchmark name -> samples, benchmark name -> info)``. The info records what was left out
-        (shuffled: the ids; text prompt: a count per reason); a text-prompt diagnostic that cannot run
-        (a real release names no target) has no samples and an info ``{"skipped": reason}``.
-    """
-    check_names(names)
-    wanted = list(dict.fromkeys(BENCHMARKS[name] for name in names))
-    benchmarks: dict[str, list[Sample]] = {}
-    info: dict[str, dict[str, Any]] = {}
-    for bench in wanted:
-        if bench == "v2p_blind":
-            benchmarks[bench] = [blind(s) for s in samples]
-        elif bench == "v2p_z":
-            benchmarks[bench] = [with_z_option(s) for s in samples]
-        elif bench == "v2p_shuffled":
-            benchmarks[bench], left_out = shuffle_pairs(samples, seed)
-            info[bench] = {"seed": seed, "n_left_out": len(left_out), "left_out": left_out}
-        else:
-            built, info[bench] = _text_prompt_benchmark(samples, release_root)
-            if built is not None:
-                benchmarks[bench] = built
-        info.setdefault(bench, {})["n_items"] = len(benchmarks.get(bench, []))
-    return benchmarks, info
+
+def _z_items(samples: list[Sample], cfg: EvalConfig) -> Derived:
+    return Derived([with_z_option(s) for s in samples])
+
+
+def _shuffled_items(samples: list[Sample], cfg: EvalConfig) -> Derived:
+    shuffled, left_out = shuffle_pairs(samples, cfg.diagnostics_seed)
+    return Derived(
+        shuffled, {"seed": cfg.diagnostics_seed, "n_left_out": len(left_out), "left_out": left_out}
+    )
+
+
+def _text_prompt_items(samples: list[Sample], cfg: EvalConfig) -> Derived:
+    built, info = _text_prompt_benchmark(samples, cfg.v2p_root)
+    return Derived(built or [], info)
 
 
 def _text_prompt_benchmark(
@@ -268,10 +247,12 @@ def text_vs_visual(visual: Iterable[dict], text: Iterable[dict]) -> dict[str, An
     """Accuracy (official rule) of the text-prompt records and of the visual-prompt records of the same items.
 
     Args:
-        visual: scored ``v2p`` records; text: scored ``v2p_text_prompt`` records.
+        visual: scored ``v2p`` records; text: scored ``v2p_text_prompt`` records (``eval.scored``).
     """
-    by_id = {record["id"]: record["scores"]["correct"] for record in visual if "correct" in record["scores"]}
-    pairs = [(r["scores"]["correct"], by_id[r["id"]]) for r in text if r["id"] in by_id]
+    by_id = {
+        record["id"]: record["scores"]["accuracy"] for record in visual if "accuracy" in record["scores"]
+    }
+    pairs = [(r["scores"]["accuracy"], by_id[r["id"]]) for r in text if r["id"] in by_id]
     if not pairs:
         return {"n": 0, "text_prompt": None, "visual_prompt": None}
     return {
@@ -279,6 +260,95 @@ def text_vs_visual(visual: Iterable[dict], text: Iterable[dict]) -> dict[str, An
         "text_prompt": sum(t for t, _ in pairs) / len(pairs),
         "visual_prompt": sum(v for _, v in pairs) / len(pairs),
     }
+
+
+def summary_entry(
+    info: dict[str, dict[str, Any]], scored: dict[str, dict[str, list[dict]]], media: MediaSpec
+) -> dict[str, dict[str, Any]]:
+    """The summary's ``diagnostics`` entry: per diagnostic what was left out (or why it was skipped), the
+    frame count behind the hack ratio, and text- vs visual-prompt accuracy per model.
+
+    Args:
+        info: per diagnostic benchmark, what its derivation said.
+        scored: per model name (the baseline first), its scored records per benchmark.
+        media: the run's media spec.
+    """
+    entry = {bench: dict(found) for bench, found in info.items()}
+    if "v2p_shuffled" in entry:
+        entry["v2p_shuffled"]["frames"] = _frame_count(media)
+    if "v2p_text_prompt" in entry and "skipped" not in entry["v2p_text_prompt"]:
+        entry["v2p_text_prompt"]["text_vs_visual"] = {
+            name: text_vs_visual(results.get("v2p", []), results.get("v2p_text_prompt", []))
+            for name, results in scored.items()
+        }
+    return entry
+
+
+def _frame_count(media: MediaSpec) -> int | str:
+    """Frames per video under ``media``: the hack ratio holds for one frame count."""
+    if media.num_frames is not None:
+        return media.num_frames
+    return f"{media.fps:g} fps, at most {media.max_frames}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Scores
+
+
+def score_with_z(prediction: str, meta: Meta) -> dict[str, float]:
+    """V2P's accuracy (the tolerant rule reading A–D and Z), and ``z_rate``: how often Z is chosen."""
+    prediction = prediction or ""
+    letter = tolerant_letter(prediction, letters=Z_LETTERS)
+    return {
+        "accuracy": float(official_correct(prediction, meta["answer"])),
+        "accuracy_tolerant": float(letter == meta["answer"]),
+        "z_rate": float(official_correct(prediction, "Z")),
+        "z_rate_tolerant": float(letter == "Z"),
+    }
+
+
+def score_shuffled(prediction: str, meta: Meta) -> dict[str, float]:
+    """``refusal_rate`` (Z chosen) and ``hack_ratio`` (the original answer still chosen, though the input
+    cannot hold its evidence). No accuracy: there is no right answer to that input."""
+    scores = score_with_z(prediction, meta)
+    return {
+        "refusal_rate": scores["z_rate"],
+        "refusal_rate_tolerant": scores["z_rate_tolerant"],
+        "hack_ratio": scores["accuracy"],
+        "hack_ratio_tolerant": scores["accuracy_tolerant"],
+    }
+
+
+def _duration_only(meta: Meta) -> dict[str, str]:
+    return {"duration": v2p.duration_bucket(float(meta["duration"]))}  # the hack ratio is read by bucket
+
+
+def _shuffled_settings(cfg: EvalConfig) -> dict[str, Any]:
+    return {**v2p.settings(cfg), "diagnostics_seed": cfg.diagnostics_seed}
+
+
+def _diagnostic(name: str, derive, score=v2p.score, categories=v2p.categories, settings=v2p.settings):
+    """A benchmark derived from V2P's items (same generation, same reports)."""
+    return Benchmark(
+        name=name,
+        version=1,
+        title=f"V2P-Bench diagnostic: {DESCRIPTIONS[name][0]}",
+        source="v2p",
+        derive=derive,
+        score=score,
+        categories=categories,
+        max_new_tokens=v2p.max_new_tokens,
+        settings=settings,
+        category_order=v2p.CATEGORY_ORDER,
+    )
+
+
+V2P_BLIND = _diagnostic("v2p_blind", _blind_items)
+V2P_Z = _diagnostic("v2p_z", _z_items, score=score_with_z)
+V2P_SHUFFLED = _diagnostic(
+    "v2p_shuffled", _shuffled_items, score_shuffled, _duration_only, settings=_shuffled_settings
+)
+V2P_TEXT_PROMPT = _diagnostic("v2p_text_prompt", _text_prompt_items)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,84 @@
+"""OVIBench: answering a question about a video when the user interrupts the answer halfway.
+
+Multiple-choice items are scored by rule: ``ma`` (the right continuation chosen) and ``ca`` (the
+interruption type named). Open-ended items are scored by the LLM judge on the metrics of
+``eval/rubrics.py`` that apply to their interruption type; with ``eval.ovi_protocol=simulated`` the model
+answers in its own words, is cut off at the interruption and reacts (``eval/ovi_simulation.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.config import EvalConfig, OviProtocol
+from data_builders.errors import ConfigError
+from data_builders.ovi_format import load_ovibench
+from data_builders.sample import Sample
+from eval.answers import INTERRUPTION_TYPES, parse_ovi_mcq
+from eval.benchmarks.base import Benchmark, Meta
+from eval.ovi_simulation import DEFAULT_TOKENS_PER_SECOND
+from eval.rubrics import metrics_for
+
+
+def load(cfg: EvalConfig) -> list[Sample]:
+    """The benchmark's items (validated; bad rows raise naming the file, line and field)."""
+    if not cfg.ovi_root:
+        raise ConfigError("eval.ovi_root is not set (an OVIBench directory)")
+    return load_ovibench(cfg.ovi_root)
+
+
+def is_open(meta: Meta) -> bool:
+    return meta["format"] == "open"
+
+
+def score(prediction: str, meta: Meta) -> dict[str, float]:
+    """MCQ: ``ma`` (answer) and ``ca`` (interruption type), 0/1; open-ended: ``{}`` (the judge scores)."""
+    if is_open(meta):
+        return {}
+    letter, kind = parse_ovi_mcq(prediction or "")
+    return {"ma": float(letter == meta["answer_letter"]), "ca": float(kind == meta["interruption_type"])}
+
+
+def categories(meta: Meta) -> dict[str, str]:
+    return {"type": meta["interruption_type"], "format": meta["format"]}
+
+
+def max_new_tokens(meta: Meta, cfg: EvalConfig) -> int:
+    """Open-ended reactions need sentences; a choice, a few tokens."""
+    return cfg.max_new_tokens_open if is_open(meta) else cfg.max_new_tokens
+
+
+def judged_metrics(meta: Meta) -> list[str]:
+    return metrics_for(meta["interruption_type"]) if is_open(meta) else []
+
+
+def simulated(meta: Meta, cfg: EvalConfig) -> bool:
+    return is_open(meta) and cfg.ovi_protocol is OviProtocol.simulated
+
+
+def settings(cfg: EvalConfig) -> dict[str, Any]:
+    """Generation lengths and the protocol; under simulation, how the answer is cut."""
+    recorded: dict[str, Any] = {
+        "max_new_tokens": cfg.max_new_tokens,
+        "max_new_tokens_open": cfg.max_new_tokens_open,
+        "ovi_protocol": str(cfg.ovi_protocol),
+    }
+    if cfg.ovi_protocol is OviProtocol.simulated:
+        recorded.update(ovi_cut="interruption_time", ovi_tokens_per_second=DEFAULT_TOKENS_PER_SECOND)
+    return recorded
+
+
+OVI = Benchmark(
+    name="ovi",
+    version=1,
+    title="OVIBench",
+    load=load,
+    score=score,
+    categories=categories,
+    max_new_tokens=max_new_tokens,
+    settings=settings,
+    headline=("ma", "ca"),
+    category_order={"type": INTERRUPTION_TYPES},
+    judged_metrics=judged_metrics,
+    simulated=simulated,
+)

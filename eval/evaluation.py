@@ -1,0 +1,228 @@
+"""The evaluation of a run: its benchmarks, evaluated on any model the run produces.
+
+``Evaluation`` is built once, from the run's whole config, by the training (inline evaluation), the
+evaluation watcher and ``python -m eval`` alike; it is the one entry training uses. ``evaluate`` then
+takes a model through three jobs, each in a module of its own:
+
+1. generate what is missing (``eval.generation``: sharded over ranks, resumed, shared through the results
+   cache);
+2. judge what is pending (``eval.judging``: open-ended items, when a judge is configured);
+3. write the outputs (``eval.outputs``: ``summary.json``, ``report.md``, metrics and tables to W&B), scoring
+   every stored prediction afresh (``eval.scored``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from core import distributed
+from core.config import EvalConfig, RunConfig
+from core.metric_logging import MetricLogger
+from core.rundir import RunDir
+from data_builders.errors import ConfigError
+from data_builders.files import JsonlStore
+from data_builders.media import FrameCache, MediaSpec, check_media
+from data_builders.sample import Sample
+from eval.benchmarks import BENCHMARKS
+from eval.benchmarks.base import Benchmark
+from eval.benchmarks.diagnostics import summary_entry
+from eval.generation import Generation, current_records
+from eval.judging import Judging, judge_summary, make_judge
+from eval.outputs import log_model, write_summary
+from eval.results_cache import ResultsCache, Weights, item_fingerprint
+from eval.scored import scored_record
+from models.chat import CHAT_FORMATS, VideoChatAdapter
+from models.loading import resolve_dtype
+
+
+@dataclass
+class Suite:
+    """One benchmark of a run, ready to evaluate: its items, and how their predictions are stamped."""
+
+    bench: Benchmark
+    samples: list[Sample]
+    setting: str  # digest of everything but the weights that changes a prediction (eval.generation)
+    items: dict[str, str] = field(default_factory=dict)  # item id -> fingerprint
+    info: dict[str, Any] = field(default_factory=dict)  # a derived benchmark's account of its items
+
+
+class Evaluation:
+    """The run's benchmarks, evaluated on each model it is given; rank 0 keeps ``summary.json``,
+    ``report.md`` and W&B up to date after every model.
+
+    Build it on every rank, before the model loads: a bad benchmark or judge setting fails fast, and each
+    rank decodes the benchmarks' media into the frame cache (quarantining what does not decode).
+
+    Args:
+        cfg: the run's config (training's or ``python -m eval``'s): benchmarks, judge, media, model family.
+        run_dir: where results, summary and report go.
+        logger: metrics.jsonl and W&B (the null logger on ranks other than 0).
+        cache: the frame cache shared with training.
+    """
+
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, logger: MetricLogger, cache: FrameCache):
+        self.cfg, self.run_dir, self.logger = cfg, run_dir, logger
+        self.judge = make_judge(cfg.judge, run_dir.path)  # built once: its cache is read once
+        self.judging = Judging(self.judge, cfg.judge)
+        self.results_cache = ResultsCache(cfg.eval.results_cache) if cfg.eval.results_cache else None
+        common = {
+            "media": cfg.media.fingerprint,
+            "chat_format": CHAT_FORMATS[cfg.model.family].fingerprint,
+            "dtype": str(resolve_dtype(cfg.model.dtype)),
+        }
+        self.suites = load_suites(cfg.eval, cfg.media, cache, run_dir, common)
+
+    # -- evaluating a model --------------------------------------------------------------------------
+
+    def evaluate(
+        self, model, chat: VideoChatAdapter, name: str, step: int, weights: Weights | None = None
+    ) -> dict:
+        """Evaluate one model on every benchmark, then refresh the summary, the report and W&B.
+
+        Every rank of a multi-process run must call this (each generates its shard); rank 0 alone writes
+        and logs, and returns the summary; the others return an empty dict once rank 0 is done.
+
+        Args:
+            name, step: the model's name in results and reports (``baseline``, ``checkpoint-N``) and its
+                training step.
+            weights: what the model is, to share its results through ``eval.results_cache`` (None: not
+                shared).
+        """
+        main = distributed.is_main()
+        was_training = model.training
+        model.eval()
+        try:
+            for suite in self.suites.values():
+                results = JsonlStore(self.run_dir.results_file(name, suite.bench.name)) if main else None
+                key = self._cache_key(model, weights, suite) if main else None
+                generation = Generation(suite.bench, suite.samples, self.cfg.eval, suite.setting, suite.items)
+                desc = f"{name} {suite.bench.name}"
+                records = generation.run(model, chat, results, self.results_cache, key, desc=f"eval {desc}")
+                if main:
+                    self._judge(suite.bench, list(records.values()), results, desc=f"judge {desc}")
+        finally:
+            model.train(was_training)
+        summary: dict = {}
+        if main:
+            self.run_dir.add_model(name, step)
+            summary = self.write_summary()
+            is_baseline = name == self.run_dir.models()[0][0]
+            log_model(self.logger, summary, name, step, is_baseline, self._tables(name))
+        distributed.barrier()  # training resumes on every rank together, after rank 0 has written
+        return summary
+
+    def _judge(self, bench: Benchmark, records: list[dict], results: JsonlStore, desc: str) -> None:
+        """Judge what is pending; append each record whose judgements changed."""
+        before = {record["id"]: record.get("judgements") for record in records}
+        for judged in self.judging.pending(bench, records, desc):
+            if judged.get("judgements") != before[judged["id"]]:
+                results.append([judged])
+
+    def _cache_key(self, model, weights: Weights | None, suite: Suite) -> str | None:
+        """The results cache's key of this model's weights under this benchmark's setting (None: no
+        cache, or weights that cannot be identified)."""
+        if self.results_cache is None or weights is None:
+            return None
+        quantization = str(getattr(model, "quantization_method", None))  # a QLoRA base: 4-bit
+        return self.results_cache.key(weights, {"setting": suite.setting, "quantization": quantization})
+
+    # -- outputs -------------------------------------------------------------------------------------
+
+    def results(self, name: str) -> dict[str, list[dict]]:
+        """A model's current records per benchmark (those that answer today's items under today's
+        settings), in item order."""
+        found = {}
+        for bench, suite in self.suites.items():
+            store = JsonlStore(self.run_dir.results_file(name, bench))
+            records = current_records(store, suite.samples, suite.setting, suite.items)
+            found[bench] = [records[s.id] for s in suite.samples if s.id in records]
+        return found
+
+    def scored(self, results: dict[str, list[dict]]) -> dict[str, list[dict]]:
+        """Records per benchmark (``results``), scored."""
+        identity, wanted = self.judging.identity, self.cfg.judge.metrics
+        return {
+            bench: [scored_record(self.suites[bench].bench, r, identity, wanted) for r in records]
+            for bench, records in results.items()
+        }
+
+    def write_summary(self) -> dict:
+        """Rebuild ``summary.json`` and ``report.md`` from every prediction on disk (rank 0)."""
+        models = self.run_dir.models()
+        scored = {name: self.scored(self.results(name)) for name, _ in models}
+        extra: dict[str, Any] = {
+            "media_spec": {**self.cfg.media.to_dict(), "fingerprint": self.cfg.media.fingerprint},
+            "generation": self.generation_settings(),
+            "quarantine": self._quarantine(),
+            "judge": judge_summary(self.judge, self.cfg.judge.metrics),
+        }
+        derived = {b: s.info for b, s in self.suites.items() if s.bench.source}
+        if derived:
+            # Text- vs visual-prompt accuracy is labelled "baseline" for the first model, as in the tables.
+            labelled = {("baseline" if i == 0 else name): scored[name] for i, (name, _) in enumerate(models)}
+            extra["diagnostics"] = summary_entry(derived, labelled, self.cfg.media)
+        return write_summary(self.run_dir, models, scored, extra, self.cfg.eval.bootstrap_resamples)
+
+    def generation_settings(self) -> dict[str, Any]:
+        """How answers are generated, over every benchmark of the run (recorded in the summary)."""
+        settings: dict[str, Any] = {"do_sample": False}
+        for suite in self.suites.values():
+            settings.update(suite.bench.settings(self.cfg.eval))
+        return settings
+
+    def _quarantine(self) -> dict[str, dict[str, int]]:
+        """Items left out, by reason: the training's and each benchmark's."""
+        counts = self.run_dir.quarantine_counts()
+        return {name: found for name, found in counts.items() if name == "train" or name in self.suites}
+
+    def _tables(self, name: str) -> dict[str, list[dict]]:
+        """The model's per-item tables for W&B: each record with its scores and categories."""
+        results = self.results(name)
+        scored = self.scored(results)
+        return {
+            bench: [{**record, **row} for record, row in zip(records, scored[bench], strict=True)]
+            for bench, records in results.items()
+        }
+
+
+def load_suites(
+    cfg: EvalConfig, media: MediaSpec, cache: FrameCache, run_dir: RunDir, common: dict[str, Any]
+) -> dict[str, Suite]:
+    """The configured benchmarks' items, media-checked (a quarantine file per benchmark), in config order.
+
+    Raises:
+        ConfigError: an unknown benchmark, or a derived one without its source among the benchmarks.
+    """
+    unknown = [name for name in cfg.benchmarks if name not in BENCHMARKS]
+    if unknown:
+        raise ConfigError(f"eval.benchmarks: unknown {unknown} (known: {', '.join(BENCHMARKS)})")
+    suites: dict[str, Suite] = {}
+    for name in sorted(cfg.benchmarks, key=lambda n: BENCHMARKS[n].source is not None):  # sources first
+        bench = BENCHMARKS[name]
+        setting = _digest({"benchmark": name, "version": bench.version, **common, **bench.settings(cfg)})
+        if bench.source is None:
+            samples = bench.load(cfg)
+            samples, bad = check_media(
+                samples[: cfg.limit] if cfg.limit else samples, media, cache, desc=name
+            )
+            run_dir.write_quarantine(f"eval_{name}", bad)
+            suites[name] = Suite(bench, samples, setting)
+            continue
+        if bench.source not in suites:
+            raise ConfigError(
+                f"eval.benchmarks: {name} is made from {bench.source}'s items: add {bench.source}"
+            )
+        derived = bench.derive(suites[bench.source].samples, cfg)
+        info = {**derived.info, "n_items": len(derived.samples)}
+        suites[name] = Suite(bench, derived.samples, setting, info=info)
+    for suite in suites.values():
+        suite.items = {sample.id: item_fingerprint(sample) for sample in suite.samples}
+    order = {name: i for i, name in enumerate(cfg.benchmarks)}
+    return dict(sorted(suites.items(), key=lambda pair: order[pair[0]]))
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha1(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -1,0 +1,164 @@
+"""Generate what is missing: the predictions of one model on one benchmark, sharded over ranks, resumed
+from the run's results file, and shared through the results cache.
+
+A result record is what the model said and how it was produced::
+
+    {"id", "prediction", "meta", "protocol", "setting", "item"}   (+ "truncated_answer", "simulation")
+
+``setting`` is a digest of everything but the weights that changes the prediction (the benchmark and its
+version, its generation settings, the media spec, the family's chat format, the dtype) and ``item`` one of
+the item itself (``eval.results_cache.item_fingerprint``). A stored record counts for an item only when
+both match: anything else is generated again. Records are appended to
+``<run_dir>/eval/<model>/<benchmark>.jsonl`` after every round of batches, so a kill loses at most a round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from core import distributed
+from core.config import EvalConfig, OviProtocol
+from data_builders.files import JsonlStore
+from data_builders.sample import Sample
+from eval.benchmarks.base import Benchmark
+from eval.ovi_simulation import simulate_interruption
+from eval.results_cache import ResultsCache
+from models.chat import VideoChatAdapter
+
+
+def current_records(
+    results: JsonlStore, samples: list[Sample], setting: str, items: dict[str, str]
+) -> dict[str, dict]:
+    """The stored records that answer these very items under this setting, by id (``items``: each
+    sample's fingerprint)."""
+    stored = results.read()
+    return {
+        sample.id: stored[sample.id]
+        for sample in samples
+        if sample.id in stored
+        and stored[sample.id].get("setting") == setting
+        and stored[sample.id].get("item") == items[sample.id]
+    }
+
+
+@torch.no_grad()
+def generate(model, chat: VideoChatAdapter, samples: list[Sample], max_new_tokens: int) -> list[str]:
+    """Greedy answers for a batch of samples, from their given turns."""
+    batch = chat.batch([chat.render(s, for_generation=True) for s in samples], padding_side="left")
+    batch = batch.to(model.device)
+    out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=chat.pad_id)
+    return chat.decode_generated(out, batch["input_ids"].shape[1])
+
+
+class Generation:
+    """Generates one model's missing predictions on one benchmark.
+
+    Every rank of a multi-process run calls :meth:`run` (each generates its shard); rank 0 reads and
+    writes the results file and the cache, and returns the records.
+
+    Args:
+        bench: the benchmark; samples: its (media-checked) items.
+        cfg: batch size and the generation settings.
+        setting: the digest every record is stamped with; items: each sample's fingerprint.
+    """
+
+    def __init__(
+        self, bench: Benchmark, samples: list[Sample], cfg: EvalConfig, setting: str, items: dict[str, str]
+    ):
+        self.bench, self.samples, self.cfg = bench, samples, cfg
+        self.setting, self.items = setting, items
+        self.generate = generate  # tests count calls through this
+
+    def run(
+        self,
+        model,
+        chat: VideoChatAdapter,
+        results: JsonlStore | None,
+        cache: ResultsCache | None = None,
+        cache_key: str | None = None,
+        desc: str = "",
+    ) -> dict[str, dict]:
+        """The current record of every item, generating those that lack one (rank 0; others: ``{}``).
+
+        Args:
+            results: the run's results file of this model and benchmark (rank 0).
+            cache, cache_key: the shared results cache and this model's key in it (rank 0; None: unused).
+        """
+        main = distributed.is_main()
+        done = current_records(results, self.samples, self.setting, self.items) if main else {}
+        missing = [s for s in self.samples if s.id not in done]
+        if main and cache is not None and cache_key:
+            reused = cache.lookup(cache_key, self.bench.name, {s.id: self.items[s.id] for s in missing})
+            self._keep(results, done, list(reused.values()))
+            missing = [s for s in missing if s.id not in reused]
+        by_id = {s.id: s for s in self.samples}
+        # Rank 0 alone reads the file and tells the others what is missing, so all shard the same list.
+        todo = [by_id[i] for i in distributed.broadcast([s.id for s in missing] if main else None)]
+        rounds = list(self._shard_batches(todo))
+        for group, chunk, real in tqdm(rounds, desc=desc, unit="batch", disable=not main):
+            records = self._predict(model, chat, chunk, group)
+            mine = [record for record, keep in zip(records, real, strict=True) if keep]
+            gathered = [self._stamped(r) for shard in distributed.gather(mine) for r in shard]
+            if main:
+                self._keep(results, done, gathered)
+                if cache is not None and cache_key:
+                    cache.store(cache_key, self.bench.name, gathered)
+        return {s.id: done[s.id] for s in self.samples} if main else {}
+
+    @staticmethod
+    def _keep(results: JsonlStore, done: dict[str, dict], records: list[dict]) -> None:
+        results.append(records)
+        done.update((record["id"], record) for record in records)
+
+    def _stamped(self, record: dict) -> dict:
+        return {**record, "setting": self.setting, "item": self.items[record["id"]]}
+
+    def _groups(self, samples: list[Sample]) -> list[tuple[tuple[OviProtocol, int], list[Sample]]]:
+        """Samples grouped by protocol and generation length, so short answers never wait for long ones
+        to finish and simulated items never share a batch."""
+        groups: dict[tuple[OviProtocol, int], list[Sample]] = {}
+        for sample in samples:
+            meta = sample.meta
+            key = (self.bench.protocol(meta, self.cfg), self.bench.max_new_tokens(meta, self.cfg))
+            groups.setdefault(key, []).append(sample)
+        return list(groups.items())
+
+    def _shard_batches(self, samples: list[Sample]) -> Iterator[tuple[tuple, list[Sample], list[bool]]]:
+        """``(group key, batch, real)`` rounds of this rank's shard; every rank yields the same number of
+        rounds with batches of the same size (a rank short of items pads with a repeat, ``real`` False).
+
+        All ranks must make the same generate calls in the same order: under ZeRO-3 each forward pass
+        gathers weights from all ranks, so a rank that stopped early would leave the others hanging.
+        """
+        r, n, size = distributed.rank(), distributed.world_size(), self.cfg.batch_size
+        for key, group in self._groups(samples):
+            mine = group[r::n]
+            per_rank = -(-len(group) // n)
+            real = [True] * len(mine) + [False] * (per_rank - len(mine))
+            mine = mine + [group[0]] * (per_rank - len(mine))
+            for start in range(0, per_rank, size):
+                yield key, mine[start : start + size], real[start : start + size]
+
+    def _predict(self, model, chat: VideoChatAdapter, chunk: list[Sample], group: tuple) -> list[dict]:
+        protocol, length = group
+        if protocol == OviProtocol.simulated:
+            return [self._simulated(model, chat, sample, length) for sample in chunk]
+        predictions = self.generate(model, chat, chunk, length)
+        return [_record(s, p, protocol) for s, p in zip(chunk, predictions, strict=True)]
+
+    @staticmethod
+    def _simulated(model, chat: VideoChatAdapter, sample: Sample, length: int) -> dict[str, Any]:
+        """The model answers in its own words, is cut at the interruption and reacts: the reaction is the
+        prediction, the cut answer is kept for the judge."""
+        result = simulate_interruption(model, chat, sample, max_new_tokens=length)
+        record = _record(sample, result.reaction, OviProtocol.simulated)
+        record.update(truncated_answer=result.truncated_answer, simulation=result.stats())
+        return record
+
+
+def _record(sample: Sample, prediction: str, protocol: OviProtocol) -> dict[str, Any]:
+    return {"id": sample.id, "prediction": prediction, "meta": sample.meta, "protocol": str(protocol)}

@@ -1,0 +1,64 @@
+"""What a run's evaluation writes after every model: ``summary.json``, ``report.md`` (with its plot), and
+the model's metrics, deltas and per-item tables to the metric logger (metrics.jsonl and W&B)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.metric_logging import MetricLogger
+from core.rundir import RunDir
+from eval.benchmarks import BENCHMARKS
+from eval.report import write_report
+from eval.summary import build_summary
+
+Scored = dict[str, list[dict]]  # benchmark -> scored records (eval.scored)
+
+
+def write_summary(
+    run_dir: RunDir,
+    models: list[tuple[str, int]],
+    scored: dict[str, Scored],
+    extra: dict[str, Any],
+    n_resamples: int,
+) -> dict:
+    """Build the summary (every model against the first, the baseline), write it with the report.
+
+    Args:
+        models: ``(name, step)`` of every model evaluated, the baseline first.
+        scored: model name -> its scored records per benchmark.
+        extra: the summary's other top-level entries (settings, quarantine, judge, diagnostics).
+    """
+    (base, _), *rest = models
+    checkpoints = [(name, step, scored[name]) for name, step in rest]
+    summary = build_summary(scored[base], checkpoints, extra, n_resamples=n_resamples)
+    for name, entry in summary["benchmarks"].items():
+        if name in BENCHMARKS:
+            entry["version"] = BENCHMARKS[name].version
+    write_report(summary, run_dir.path)
+    return summary
+
+
+def log_model(
+    logger: MetricLogger, summary: dict, name: str, step: int, is_baseline: bool, tables: dict[str, list]
+) -> None:
+    """Log one model's metrics (its deltas too, unless it is the baseline) and its per-item tables.
+
+    Args:
+        tables: benchmark -> the model's result records, each with its ``scores`` and ``categories``.
+    """
+    values = {}
+    for bench, table in summary["benchmarks"].items():
+        values[f"{bench}/n_unjudged"] = table["n_unjudged"]
+        for metric, entry in table["metrics"].items():
+            point = entry["checkpoints"].get(name)
+            values[f"{bench}/{metric}"] = entry["baseline"] if point is None else point["value"]
+            if point is not None:
+                values[f"{bench}/{metric}/delta"] = point["delta"]
+    text = summary.get("diagnostics", {}).get("v2p_text_prompt", {}).get("text_vs_visual", {})
+    paired = text.get("baseline" if is_baseline else name)
+    if paired and paired["n"]:
+        values["v2p_text_prompt/same_items/text_prompt"] = paired["text_prompt"]
+        values["v2p_text_prompt/same_items/visual_prompt"] = paired["visual_prompt"]
+    logger.log(values, step=step)
+    for bench, records in tables.items():
+        logger.log_table(f"{bench}/samples_{name}", records, step=step)

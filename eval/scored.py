@@ -1,0 +1,72 @@
+"""Scores and categories of stored predictions, computed when a summary is built.
+
+A result record holds what the model said (``prediction``), the item's ``meta``, and the judge's
+``judgements`` of it when an LLM judge scores its benchmark. Its scored form, the row ``eval.summary``
+aggregates, is::
+
+    {"id": str, "scores": {metric: score}, "categories": {category: value}, "n_unjudged_metrics": int}
+
+Rule scores come from the benchmark's scorer; judged scores from the judgements of the judge in use under
+the current rubric. A judged metric without such a score is counted in ``n_unjudged_metrics``, never
+averaged in as a zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from eval.benchmarks.base import Benchmark
+from eval.rubrics import RUBRIC_VERSION
+
+ANY_JUDGE = "*"  # judged_by for records judged elsewhere (eval compare): any judge's scores count
+
+
+def judged_metrics(bench: Benchmark, meta: dict[str, Any], wanted: list[str] | None) -> list[str]:
+    """The metrics a judge scores for an item: those of its benchmark, narrowed by ``judge.metrics``."""
+    return [name for name in bench.judged_metrics(meta) if wanted is None or name in wanted]
+
+
+def judged_scores(record: dict[str, Any], metrics: list[str], judged_by: str | None) -> dict[str, float]:
+    """The record's scores for ``metrics`` by the judge ``judged_by`` under the current rubric (None: no
+    judge in use, so none)."""
+    if judged_by is None:
+        return {}
+    scores = {}
+    for name, judgement in (record.get("judgements") or {}).items():
+        by_this_judge = judged_by == ANY_JUDGE or judgement.get("judge") == judged_by
+        current = by_this_judge and judgement.get("rubric_version") == RUBRIC_VERSION
+        if name in metrics and current and judgement.get("score") is not None:
+            scores[name] = float(judgement["score"])
+    return scores
+
+
+def scored_record(
+    bench: Benchmark, record: dict[str, Any], judged_by: str | None, wanted: list[str] | None = None
+) -> dict[str, Any]:
+    """The scored form of one result record.
+
+    Args:
+        bench: the record's benchmark.
+        record: ``{"id", "prediction", "meta", ...}``.
+        judged_by: the identity of the judge whose judgements count; None: no judge, ``ANY_JUDGE``: any.
+        wanted: ``judge.metrics``; None: every metric the benchmark has judged.
+    """
+    meta = record["meta"]
+    expected = judged_metrics(bench, meta, wanted)
+    judged = judged_scores(record, expected, judged_by)
+    return {
+        "id": record["id"],
+        "scores": {**bench.score(record["prediction"], meta), **judged},
+        "categories": bench.categories(meta),
+        "n_unjudged_metrics": len(expected) - len(judged),
+    }
+
+
+def scored_records(
+    bench: Benchmark,
+    records: Iterable[dict[str, Any]],
+    judged_by: str | None,
+    wanted: list[str] | None = None,
+) -> list[dict[str, Any]]:
+    return [scored_record(bench, record, judged_by, wanted) for record in records]
