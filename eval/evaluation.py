@@ -199,6 +199,10 @@ def load_suites(
     unknown = [name for name in cfg.benchmarks if name not in BENCHMARKS]
     if unknown:
         raise ConfigError(f"eval.benchmarks: unknown {unknown} (known: {', '.join(BENCHMARKS)})")
+    for name in cfg.benchmarks:
+        source = BENCHMARKS[name].source
+        if source is not None and source not in cfg.benchmarks:
+            raise ConfigError(f"eval.benchmarks: {name} is made from {source}'s items: add {source}")
     suites: dict[str, Suite] = {}
     for name in sorted(cfg.benchmarks, key=lambda n: BENCHMARKS[n].source is not None):  # sources first
         bench = BENCHMARKS[name]

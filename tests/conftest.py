@@ -116,3 +116,22 @@ def chat_server(monkeypatch):
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture
+def v2p_release(tmp_path) -> Path:
+    """A V2P-Bench release directory with the files of ``release_rows.v2p_row`` (no rows yet)."""
+    from release_rows import touch
+
+    for name in ("videos/NExTVideo/vid1.mp4", "frames/NExTVideo/vid1_0.jpg", "frames/NExTVideo/vid1_1.jpg"):
+        touch(tmp_path / name)
+    return tmp_path
+
+
+@pytest.fixture
+def ovi_root(tmp_path) -> Path:
+    """An OVIBench directory with the video of ``release_rows.ovi_row`` (no rows yet)."""
+    from release_rows import touch
+
+    touch(tmp_path / "videos" / "v_a.mp4")
+    return tmp_path

@@ -9,15 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hydra.errors import ConfigCompositionException
-from test_configs import _compose
-from test_ovi_format import _mcq as ovi_mcq
-from test_ovi_format import _row as ovi_row
-from test_ovi_format import root as ovi_root  # noqa: F401  (fixture: an OVIBench root with its video)
-from test_quickstart import small_quickstart
-from test_v2p_format import _question
-from test_v2p_format import _row as v2p_row
-from test_v2p_format import _write as write_v2p
-from test_v2p_format import release as v2p_release  # noqa: F401  (fixture: a V2P release with its files)
+from release_rows import ovi_mcq, ovi_row, v2p_row
+from release_rows import v2p_question as _question
+from release_rows import write_v2p_rows as write_v2p
 
 from data_builders.errors import DataErrors, DecodeError
 from data_builders.media import MediaSpec, decode_span
@@ -71,10 +65,10 @@ def test_hung_decode_is_quarantined_and_the_next_sample_decodes(tmp_path):
     import os
     import signal
 
+    from core.rundir import reason_counts
     from data_builders import decode_worker
-    from data_builders.media import FrameCache
+    from data_builders.media import FrameCache, check_media
     from data_builders.sample import Part, Sample, Turn
-    from train.data import check_media, quarantine_counts
 
     video = _good_mp4(tmp_path / "stalls.mp4")
     turns = [Turn("user", [Part.video(str(video), 0.0, 2.0), Part.txt("What moves?")])]
@@ -84,7 +78,7 @@ def test_hung_decode_is_quarantined_and_the_next_sample_decodes(tmp_path):
     usable, quarantined = check_media(samples, MediaSpec(num_frames=4, timeout_s=1.0), FrameCache(None), "t")
     assert [sample.id for sample in usable] == ["s1"]
     assert quarantined == [{"id": "s0", "file": str(video), "reason": "decoding took longer than 1.0 s"}]
-    assert quarantine_counts(quarantined) == {"decoding took longer than 1.0 s": 1}
+    assert reason_counts(quarantined) == {"decoding took longer than 1.0 s": 1}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -113,7 +107,7 @@ def test_hung_decode_is_quarantined_and_the_next_sample_decodes(tmp_path):
         ),
     ],
 )
-def test_bad_v2p_row(v2p_release, bad_row, message):  # noqa: F811
+def test_bad_v2p_row(v2p_release, bad_row, message):
     write_v2p(v2p_release, [v2p_row(), bad_row])
     with pytest.raises(DataErrors) as caught:
         load_v2p_release(v2p_release)
@@ -162,7 +156,7 @@ def test_bad_v2p_row(v2p_release, bad_row, message):  # noqa: F811
         ),
     ],
 )
-def test_bad_ovibench_row(ovi_root, bad_row, message):  # noqa: F811
+def test_bad_ovibench_row(ovi_root, bad_row, message):
     lines = [json.dumps(ovi_row(id="good")), json.dumps({**bad_row, "id": "bad"})]
     (ovi_root / "ovibench.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.raises(DataErrors) as caught:
@@ -196,9 +190,9 @@ def test_bad_activitynet_segment_is_quarantined(tmp_path, stamp, reason):
 # Configuration
 
 
-def test_misspelt_override_fails_at_compose_time_naming_the_key():
+def test_misspelt_override_fails_at_compose_time_naming_the_key(compose):
     with pytest.raises(ConfigCompositionException, match=r"Could not override 'trainer\.max_step'") as caught:
-        _compose(["+exp=quickstart", "trainer.max_step=3"])
+        compose("train", "+exp=quickstart", "trainer.max_step=3")
     assert "Key 'max_step' not in 'TrainerConfig'" in str(caught.value.__cause__)  # Hydra prints both
 
 
@@ -222,12 +216,13 @@ def _videos(sample) -> set[str]:
 
 
 @pytest.mark.slow
-def test_corrupt_training_video_is_quarantined_and_training_goes_on(tmp_path):
+def test_corrupt_training_video_is_quarantined_and_training_goes_on(small_train_config, tmp_path):
+    from core.rundir import reason_counts
     from data_builders.build import build_synthetic
-    from train.data import load_samples, quarantine_counts
+    from train.data import load_samples
     from train.recipe import run
 
-    cfg = small_quickstart(
+    cfg = small_train_config(
         tmp_path,
         "eval=none",
         "logger=none",
@@ -246,7 +241,7 @@ def test_corrupt_training_video_is_quarantined_and_training_goes_on(tmp_path):
 
     listed = json.loads((Path(cfg.run_dir) / "quarantine_train.json").read_text())
     assert {entry["id"] for entry in listed} == users and {entry["file"] for entry in listed} == {str(broken)}
-    assert sum(quarantine_counts(listed).values()) == len(users) < len(samples)
+    assert sum(reason_counts(listed).values()) == len(users) < len(samples)
     state = json.loads(
         (Path(cfg.run_dir) / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text()
     )

@@ -13,15 +13,19 @@ from wandb_records import history
 from data_builders.sample import Part, Sample, Turn
 from data_builders.v2p_format import INSTRUCTION, load_v2p_release, render_question
 from data_builders.vp_variants import Target, target_phrase
-from eval.diagnostics import (
+from eval.benchmarks import BENCHMARKS
+from eval.benchmarks.diagnostics import (
+    V2P_SHUFFLED,
+    V2P_TEXT_PROMPT,
+    V2P_Z,
     Z_OPTION,
     blind,
-    build_diagnostics,
     shuffle_pairs,
     text_prompt,
     with_z_option,
 )
-from eval.scoring import duration_bucket, scored_record
+from eval.benchmarks.v2p import duration_bucket
+from eval.scored import scored_record
 from eval.summary import aggregate
 
 STEM = "What colour is the object marked by the box?"
@@ -116,7 +120,7 @@ def test_text_prompt_names_the_target_in_words_and_drops_the_frame():
     assert "marked by" not in question.lower()
     assert [p.type for p in _user_parts(sample)] == ["video", "text"]
     assert sample.meta["visual_prompt_question"].startswith("The object marked by the box")
-    assert scored_record(_record(sample, "B"))["categories"]["shape"] == "rectangle"  # the drawn shape
+    assert scored_record(V2P_TEXT_PROMPT, _record(sample, "B"), None)["categories"]["shape"] == "rectangle"
     with pytest.raises(ValueError, match="visual-prompt reference"):
         text_prompt(_sample("q2", "v1", stem="What colour is the sky?"), "the red circle")
 
@@ -136,13 +140,14 @@ def test_target_phrase_avoids_the_options_and_ambiguity():
 
 
 def _record(sample: Sample, prediction: str) -> dict:
-    return {"id": sample.id, "task": "v2p", "prediction": prediction, "meta": sample.meta}
+    return {"id": sample.id, "prediction": prediction, "meta": sample.meta}
 
 
 def test_z_rate_and_accuracy_by_hand():
     samples = [with_z_option(_sample(f"q{i}", "v1")) for i in range(4)]  # answer B each
     predictions = ["Z", "B", "The answer is Z", "Answer: B"]
-    table = aggregate([scored_record(_record(s, p)) for s, p in zip(samples, predictions, strict=True)])
+    records = [_record(s, p) for s, p in zip(samples, predictions, strict=True)]
+    table = aggregate([scored_record(V2P_Z, record, None) for record in records])
     assert table["accuracy"]["value"] == 1 / 4  # official: only "B" starts with the letter
     assert table["accuracy_tolerant"]["value"] == 2 / 4
     assert table["z_rate"]["value"] == 1 / 4  # official: only "Z"
@@ -152,7 +157,7 @@ def test_z_rate_and_accuracy_by_hand():
 def test_refusal_rate_and_hack_ratio_by_duration_bucket_by_hand():
     shuffled, _ = shuffle_pairs(_bucketed_samples(), seed=0)  # 6 short, 3 medium items; answer B each
     predictions = dict(s0="Z", s1="B", s2="B", s3="A", s4="Z", s5="C", m0="B", m1="Z", m2="Z")
-    records = [scored_record(_record(s, predictions[s.id])) for s in shuffled]
+    records = [scored_record(V2P_SHUFFLED, _record(s, predictions[s.id]), None) for s in shuffled]
     assert all(set(r["categories"]) == {"duration"} for r in records)
     table = aggregate(records)
     assert "accuracy" not in table  # a mismatched input has no right answer
@@ -164,18 +169,18 @@ def test_refusal_rate_and_hack_ratio_by_duration_bucket_by_hand():
 
 
 @pytest.mark.parametrize(
-    ("benchmarks", "diagnostics", "message"),
-    [(["v2p"], ["blind", "shufled"], "unknown diagnostics"), (["ovi"], ["blind"], "add v2p")],
+    ("benchmarks", "message"),
+    [(["v2p", "v2p_shufled"], "unknown"), (["ovi", "v2p_blind"], "add v2p")],
 )
-def test_bad_diagnostics_settings_fail_before_anything_loads(benchmarks, diagnostics, message, tmp_path):
+def test_bad_diagnostics_settings_fail_before_anything_loads(benchmarks, message, tmp_path):
     from core.config import EvalConfig
+    from core.rundir import RunDir
     from data_builders.errors import ConfigError
     from data_builders.media import FrameCache, MediaSpec
-    from eval.evaluator import Evaluator
+    from eval.evaluation import load_suites
 
-    cfg = EvalConfig(benchmarks=benchmarks, diagnostics=diagnostics)
     with pytest.raises(ConfigError, match=message):
-        Evaluator(cfg, MediaSpec(), FrameCache(None), tmp_path, logger=None)
+        load_suites(EvalConfig(benchmarks=benchmarks), MediaSpec(), FrameCache(None), RunDir(tmp_path), {})
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -190,24 +195,27 @@ def test_text_prompt_is_skipped_with_a_reason_for_a_release_without_targets(synt
     for row in rows:
         del row["target_id"]
     info.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    from core.config import EvalConfig
+
     samples = load_v2p_release(release)
-    benchmarks, notes = build_diagnostics(samples, ["text_prompt", "blind"], seed=0, release_root=release)
-    assert "v2p_text_prompt" not in benchmarks and len(benchmarks["v2p_blind"]) == len(samples)
-    assert "no target_id" in notes["v2p_text_prompt"]["skipped"]
+    cfg = EvalConfig(v2p_root=str(release))
+    skipped = BENCHMARKS["v2p_text_prompt"].derive(samples, cfg)
+    assert skipped.samples == [] and "no target_id" in skipped.info["skipped"]
+    assert len(BENCHMARKS["v2p_blind"].derive(samples, cfg).samples) == len(samples)
 
 
 @pytest.mark.slow
-def test_every_diagnostic_end_to_end_on_the_twin(synthetic_build, tiny_checkpoint, tmp_path):
-    from test_eval_cli import eval_config
-
+def test_every_diagnostic_end_to_end_on_the_twin(
+    small_eval_config, synthetic_build, tiny_checkpoint, tmp_path
+):
     from eval.run import run
 
-    cfg = eval_config(
+    cfg = small_eval_config(
         tmp_path,
         f"model.name_or_path={tiny_checkpoint}",
         f"eval.v2p_root={synthetic_build.v2p_bench}",
         "eval=diagnostics",
-        "eval.benchmarks=[v2p]",
+        "eval.benchmarks=[v2p,v2p_blind,v2p_z,v2p_shuffled,v2p_text_prompt]",
         "eval.limit=4",
         "eval.batch_size=4",
         "logger.wandb=true",

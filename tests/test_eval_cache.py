@@ -1,5 +1,6 @@
-"""The shared results cache: the same weights under the same settings are evaluated once, wherever
-their files lie; other weights, other settings or a changed item are evaluated again."""
+"""What is generated again and what is not: the shared results cache evaluates the same weights under the
+same settings once, wherever their files lie; other weights, other settings, a changed item, a new benchmark
+version or a changed chat format are generated again; a changed scorer re-scores what is stored."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from core.rundir import RunDir
 from eval.results_cache import FileHashes, Weights, checkpoint_fingerprint, item_fingerprint, run_weights
 
 
@@ -54,14 +56,16 @@ def _evaluate(cfg, run_dir: Path, weights: Weights, media=None, kill_after: int 
     """Evaluate ``weights`` (the base, or the base with a LoRA adapter applied) as checkpoint-2.
 
     Returns:
-        The per-sample records, and the number of items generated.
+        The per-sample records, the number of items generated, and the summary.
     """
     from peft import PeftModel
 
-    from core.config import ModelConfig
+    import eval.generation
+    from core.config import EvalRunConfig, ModelConfig
     from core.metric_logging import NullLogger
+    from core.rundir import RunDir
     from data_builders.media import FrameCache, MediaSpec
-    from eval.evaluator import Evaluator
+    from eval.evaluation import Evaluation
     from models.chat import make_adapter
     from models.loading import load_model
 
@@ -69,19 +73,24 @@ def _evaluate(cfg, run_dir: Path, weights: Weights, media=None, kill_after: int 
     model, processor = load_model(ModelConfig(name_or_path=weights.base))
     if weights.checkpoint:
         model = PeftModel.from_pretrained(model, weights.checkpoint)
-    evaluator = Evaluator(cfg, media, FrameCache(None), run_dir, NullLogger(), weights_of=lambda _: weights)
+    run_cfg = EvalRunConfig(model=ModelConfig(name_or_path=weights.base), media=media, eval=cfg)
+    evaluation = Evaluation(run_cfg, RunDir(run_dir), NullLogger(), FrameCache(None))
     generated = []
+    real_generate = eval.generation.generate
 
-    def counting_generate(model, adapter, samples, max_new_tokens=None):
+    def counting_generate(model, chat, samples, max_new_tokens):
         if kill_after is not None and len(generated) == kill_after:
             raise Killed()
         generated.extend(s.id for s in samples)
-        return Evaluator.generate(evaluator, model, adapter, samples, max_new_tokens)
+        return real_generate(model, chat, samples, max_new_tokens)
 
-    evaluator.generate = counting_generate
-    adapter = make_adapter("qwen2_5_vl", processor, media, FrameCache(None))
-    evaluator.evaluate(model, adapter, "checkpoint-2", step=2)
-    return _records(run_dir), len(generated)
+    eval.generation.generate = counting_generate
+    try:
+        chat = make_adapter("qwen2_5_vl", processor, media, FrameCache(None))
+        summary = evaluation.evaluate(model, chat, "checkpoint-2", step=2, weights=weights)
+    finally:
+        eval.generation.generate = real_generate
+    return _records(run_dir), len(generated), summary
 
 
 def _records(run_dir: Path) -> dict[str, dict]:
@@ -92,9 +101,9 @@ def _records(run_dir: Path) -> dict[str, dict]:
 @pytest.mark.slow
 def test_the_same_adapter_under_another_path_is_not_evaluated_again(base_and_adapters, cfg, tmp_path):
     base, adapters, _ = base_and_adapters
-    first, n_first = _evaluate(cfg, tmp_path / "run_a", Weights(base, adapters / "adapter-0"))
+    first, n_first, _ = _evaluate(cfg, tmp_path / "run_a", Weights(base, adapters / "adapter-0"))
     moved = shutil.copytree(adapters / "adapter-0", tmp_path / "elsewhere" / "checkpoint-9")
-    second, n_second = _evaluate(cfg, tmp_path / "run_b", Weights(base, moved))
+    second, n_second, _ = _evaluate(cfg, tmp_path / "run_b", Weights(base, moved))
     assert n_first == cfg.limit and n_second == 0
     assert second == first  # copied into the second run's own results, which the reports read
 
@@ -102,11 +111,11 @@ def test_the_same_adapter_under_another_path_is_not_evaluated_again(base_and_ada
 @pytest.mark.slow
 def test_the_same_untuned_base_in_two_runs_is_evaluated_once(base_and_adapters, cfg, tmp_path):
     base = base_and_adapters[0]
-    _, n_first = _evaluate(
-        cfg, tmp_path / "run_a", run_weights(base, tmp_path / "run_a" / "checkpoints")("baseline")
+    _, n_first, _ = _evaluate(
+        cfg, tmp_path / "run_a", run_weights(base, RunDir(tmp_path / "run_a"), "baseline")
     )
-    _, n_second = _evaluate(
-        cfg, tmp_path / "run_b", run_weights(base, tmp_path / "run_b" / "checkpoints")("baseline")
+    _, n_second, _ = _evaluate(
+        cfg, tmp_path / "run_b", run_weights(base, RunDir(tmp_path / "run_b"), "baseline")
     )
     assert (n_first, n_second) == (cfg.limit, 0)
 
@@ -117,10 +126,12 @@ def test_other_weights_or_other_media_are_evaluated_again(base_and_adapters, cfg
 
     base, adapters, _ = base_and_adapters
     _evaluate(cfg, tmp_path / "run_a", Weights(base, adapters / "adapter-0"))
-    _, n_other_weights = _evaluate(cfg, tmp_path / "run_b", Weights(base, adapters / "adapter-1"))
-    _, n_other_base = _evaluate(cfg, tmp_path / "run_c", Weights(base))
+    _, n_other_weights, _ = _evaluate(cfg, tmp_path / "run_b", Weights(base, adapters / "adapter-1"))
+    _, n_other_base, _ = _evaluate(cfg, tmp_path / "run_c", Weights(base))
     fewer_frames = MediaSpec(num_frames=MediaSpec().num_frames // 2)
-    _, n_other_media = _evaluate(cfg, tmp_path / "run_d", Weights(base, adapters / "adapter-0"), fewer_frames)
+    _, n_other_media, _ = _evaluate(
+        cfg, tmp_path / "run_d", Weights(base, adapters / "adapter-0"), fewer_frames
+    )
     assert n_other_weights == n_other_base == n_other_media == cfg.limit
 
 
@@ -130,11 +141,11 @@ def test_a_killed_evaluation_with_the_cache_generates_only_the_missing_items(
 ):
     base, adapters, _ = base_and_adapters
     weights = Weights(base, adapters / "adapter-1")
-    straight, _ = _evaluate(cfg, tmp_path / "straight", weights)  # fills the cache...
+    straight, _, _ = _evaluate(cfg, tmp_path / "straight", weights)  # fills the cache...
     shutil.rmtree(cfg.results_cache)  # ...which is then lost: only the killed run's own items remain
     with pytest.raises(Killed):
         _evaluate(cfg, tmp_path / "killed", weights, kill_after=1)
-    resumed, n_resumed = _evaluate(cfg, tmp_path / "killed", weights)
+    resumed, n_resumed, _ = _evaluate(cfg, tmp_path / "killed", weights)
     assert n_resumed == cfg.limit - 1
     assert {i: r["prediction"] for i, r in resumed.items()} == {
         i: r["prediction"] for i, r in straight.items()
@@ -191,3 +202,43 @@ def test_a_changed_item_or_a_replaced_video_changes_the_item_fingerprint(tmp_pat
     video.write_bytes(b"another video")
     os.utime(video, ns=(1, 1))
     assert item_fingerprint(sample("What is marked?")) != before
+
+
+@pytest.mark.slow
+def test_a_new_benchmark_version_generates_again_and_a_new_scorer_only_rescores(
+    base_and_adapters, cfg, tmp_path, monkeypatch
+):
+    from eval.benchmarks import BENCHMARKS
+
+    weights = Weights(base_and_adapters[0], base_and_adapters[1] / "adapter-0")
+    run_dir = tmp_path / "run"
+    first, n_first, summary = _evaluate(cfg, run_dir, weights)
+    assert n_first == cfg.limit and summary["benchmarks"]["v2p"]["version"] == 1
+    accuracy = summary["benchmarks"]["v2p"]["metrics"]["accuracy"]["baseline"]  # the one model so far
+
+    # A fixed scorer (here: every answer right) changes the numbers of what is on disk, generating nothing.
+    v2p = BENCHMARKS["v2p"]
+    always_right = replace(v2p, score=lambda prediction, meta: {"accuracy": 1.0})
+    monkeypatch.setitem(BENCHMARKS, "v2p", always_right)
+    _, n_rescored, summary = _evaluate(cfg, run_dir, weights)
+    assert n_rescored == 0 and accuracy < 1.0
+    assert summary["benchmarks"]["v2p"]["metrics"]["accuracy"]["baseline"] == 1.0
+
+    # A new version of the benchmark: every item is generated again, in this run and through the cache.
+    monkeypatch.setitem(BENCHMARKS, "v2p", replace(v2p, version=2))
+    _, n_new_version, summary = _evaluate(cfg, run_dir, weights)
+    _, n_elsewhere, _ = _evaluate(cfg, tmp_path / "another_run", weights)
+    assert (n_new_version, n_elsewhere) == (cfg.limit, 0)  # the second run finds the new version's results
+    assert summary["benchmarks"]["v2p"]["version"] == 2
+
+
+@pytest.mark.slow
+def test_a_changed_chat_format_generates_again(base_and_adapters, cfg, tmp_path, monkeypatch):
+    from models.chat import CHAT_FORMATS
+
+    weights = Weights(base_and_adapters[0])
+    _, n_first, _ = _evaluate(cfg, tmp_path / "run", weights)
+    monkeypatch.setitem(CHAT_FORMATS, "qwen2_5_vl", replace(CHAT_FORMATS["qwen2_5_vl"], system="Be brief."))
+    _, n_same_run, _ = _evaluate(cfg, tmp_path / "run", weights)
+    _, n_other_run, _ = _evaluate(cfg, tmp_path / "other", weights)
+    assert n_first == n_same_run == cfg.limit and n_other_run == 0

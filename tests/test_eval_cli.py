@@ -9,20 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
-
-from core.config import register_configs
-
-CONF = Path(__file__).resolve().parents[1] / "conf"
-REPO = CONF.parent
-
-
-def eval_config(tmp_path, *overrides):
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        cfg = compose("eval", overrides=[f"output_root={tmp_path}", "data.build_synthetic=false", *overrides])
-    return OmegaConf.to_object(cfg)
 
 
 @pytest.fixture()
@@ -34,7 +20,7 @@ def v2p_copy(synthetic_build, tmp_path):
 
 
 @pytest.mark.slow
-def test_corrupt_video_is_quarantined_and_counted(v2p_copy, tiny_checkpoint, tmp_path):
+def test_corrupt_video_is_quarantined_and_counted(v2p_copy, small_eval_config, tiny_checkpoint, tmp_path):
     from eval.run import run
 
     rows = [json.loads(line) for line in (v2p_copy / "dataset_info.jsonl").read_text().splitlines()]
@@ -42,7 +28,7 @@ def test_corrupt_video_is_quarantined_and_counted(v2p_copy, tiny_checkpoint, tmp
     broken.unlink()  # it may be a hard link shared with the other builds
     broken.write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"not a video" * 20)
     n_broken = sum(r["video_path"] == rows[0]["video_path"] for r in rows)
-    cfg = eval_config(
+    cfg = small_eval_config(
         tmp_path,
         f"model.name_or_path={tiny_checkpoint}",
         f"eval.v2p_root={v2p_copy}",
@@ -56,7 +42,9 @@ def test_corrupt_video_is_quarantined_and_counted(v2p_copy, tiny_checkpoint, tmp
     assert f"{n_broken}" in (Path(cfg.run_dir) / "report.md").read_text()
 
 
-def test_malformed_row_is_named_with_file_and_line_without_traceback(v2p_copy, tiny_checkpoint, tmp_path):
+def test_malformed_row_is_named_with_file_and_line_without_traceback(
+    v2p_copy, repo, tiny_checkpoint, tmp_path
+):
     info = v2p_copy / "dataset_info.jsonl"
     lines = info.read_text().splitlines()
     row = json.loads(lines[2])
@@ -76,7 +64,7 @@ def test_malformed_row_is_named_with_file_and_line_without_traceback(v2p_copy, t
             "eval.benchmarks=[v2p]",
             "logger.wandb=false",
         ],
-        cwd=REPO,
+        cwd=repo,
         capture_output=True,
         text=True,
         timeout=300,

@@ -12,10 +12,12 @@ import pytest
 from fake_openai import ChatServer, completion, error_body
 
 from core.config import JudgeConfig
-from data_builders.errors import ConfigError
+from data_builders.errors import SettingError
 from data_builders.ovi_format import load_ovibench, ovi_row_to_sample
-from eval.evaluator import NO_JUDGE, make_judge
+from data_builders.text_models import EndpointConfig
+from eval.benchmarks.ovi import OVI
 from eval.judge import item_from_record
+from eval.judging import GIVE_UP_AFTER, NO_JUDGE, Judging, make_judge
 from eval.radar import RADAR_FILE, radar_panels, write_radar
 from eval.report import render_report
 from eval.rubrics import BINARY, METRICS, metrics_for
@@ -25,6 +27,12 @@ KEY_ENV, KEY = "TEST_WIRING_JUDGE_KEY", "sk-wiring-secret-456"
 FAILING_METRIC = "ves"  # the server answers HTTP 500 to every VES prompt
 MALFORMED = ("ccs", "Cancellation")  # ... and prose without a number to CCS on Cancellation items
 GRADED_REPLY = {"tfs": 8, "cfs": 6, "ccs": 7}
+
+
+def endpoint_overrides(key: str, url: str) -> list[str]:
+    """Command-line settings of a text model at ``key`` reaching the scripted server, quickly."""
+    settings = {"base_url": url, "api_key_env": KEY_ENV, "max_retries": 1, "backoff_s": 0.01, "timeout_s": 10}
+    return [f"{key}.endpoint.{name}={value}" for name, value in {**settings, "workers": 4}.items()]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -54,14 +62,11 @@ def _judge_reply(server: ChatServer, handler, body: dict) -> tuple[int, bytes]:
 
 
 @pytest.fixture
-def judge_server(monkeypatch):
-    for name in ("NO_PROXY", "no_proxy"):
-        monkeypatch.setenv(name, "127.0.0.1,localhost")
+def judge_server(chat_server, monkeypatch):
     monkeypatch.setenv(KEY_ENV, KEY)
-    httpd = ChatServer(lambda handler, body: _judge_reply(httpd, handler, body))
+    httpd = chat_server(lambda handler, body: _judge_reply(httpd, handler, body))
     httpd.requests, httpd.healthy = [], False
-    yield httpd
-    httpd.stop()
+    return httpd
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -70,12 +75,7 @@ def judge_server(monkeypatch):
 
 def test_ovi_meta_carries_what_the_judge_needs(synthetic_build):
     samples = [s for s in load_ovibench(synthetic_build.ovibench) if s.meta["format"] == "open"]
-    record = {
-        "id": samples[0].id,
-        "task": "ovi",
-        "prediction": "<think>hm</think>Okay.",
-        "meta": samples[0].meta,
-    }
+    record = {"id": samples[0].id, "prediction": "<think>hm</think>Okay.", "meta": samples[0].meta}
     item = item_from_record(record)
     assert item["response"] == "Okay."
     assert {"partial_answer", "interruption", "answer", "question"} <= item.keys()
@@ -86,33 +86,31 @@ def test_ovi_meta_carries_what_the_judge_needs(synthetic_build):
     assert "visual_evidence" not in ovi_row_to_sample(row, synthetic_build.ovibench).meta
 
 
+def _endpoint(url: str, **settings) -> EndpointConfig:
+    return EndpointConfig(base_url=url, **settings)
+
+
 def test_make_judge_from_config(tmp_path):
     assert make_judge(JudgeConfig(), tmp_path) is None
-    judge = make_judge(JudgeConfig(backend="openai", base_url="http://127.0.0.1:9/v1", model="m"), tmp_path)
-    assert judge.identity.startswith("openai-compatible:m|temperature=0.0")
-    assert judge._cache.path == tmp_path / "eval" / "judge_cache.jsonl"
+    judge = make_judge(JudgeConfig("endpoint", "m", endpoint=_endpoint("http://127.0.0.1:9/v1")), tmp_path)
+    assert judge.identity == "endpoint:m|temperature=0.0|max_tokens=256"
+    assert judge._cache.store.path == tmp_path / "eval" / "judge_cache.jsonl"
     for bad, message in (
-        (JudgeConfig(backend="openai"), "base_url"),
-        (JudgeConfig(backend="openai", base_url="127.0.0.1:8000", model="m"), "http"),
-        (JudgeConfig(backend="hf"), "hf_model"),
-        (JudgeConfig(backend="gpt"), "unknown backend"),
-        (JudgeConfig(backend="openai", base_url="http://x/v1", model="m", metrics=["tfs", "xyz"]), "xyz"),
+        (JudgeConfig("endpoint", "m"), "judge.endpoint.base_url"),
+        (JudgeConfig("endpoint", "m", endpoint=_endpoint("127.0.0.1:8000")), "http"),
+        (JudgeConfig("local"), "judge.model"),
+        (JudgeConfig("gpt"), "judge.backend"),
+        (JudgeConfig("endpoint", "m", endpoint=_endpoint("http://x/v1"), metrics=["tfs", "xyz"]), "xyz"),
     ):
-        with pytest.raises(ConfigError, match=message):
+        with pytest.raises(SettingError, match=message):
             make_judge(bad, tmp_path)
 
 
 def test_a_dead_judge_is_given_up_on_and_its_items_stay_unjudged(tmp_path, monkeypatch):
-    from core.config import EvalConfig
-    from core.metric_logging import NullLogger
-    from data_builders.media import FrameCache, MediaSpec
-    from eval.evaluator import _GIVE_UP_AFTER, Evaluator
-
     for name in ("NO_PROXY", "no_proxy"):
         monkeypatch.setenv(name, "127.0.0.1,localhost")
-    dead = JudgeConfig(backend="openai", base_url="http://127.0.0.1:1/v1", model="m", max_retries=0)
-    cfg, media = EvalConfig(benchmarks=[]), MediaSpec()
-    evaluator = Evaluator(cfg, media, FrameCache(None), tmp_path, NullLogger(), judge=dead)
+    dead = JudgeConfig("endpoint", "m", endpoint=_endpoint("http://127.0.0.1:1/v1", max_retries=0))
+    judging = Judging(make_judge(dead, tmp_path), dead)
     meta = {
         "format": "open",
         "interruption_type": "Cancellation",
@@ -121,13 +119,16 @@ def test_a_dead_judge_is_given_up_on_and_its_items_stay_unjudged(tmp_path, monke
         "interruption": "Stop.",
         "reference_reaction": "Okay, I'll stop.",
     }
-    records = [{"id": f"o{i}", "task": "ovi", "prediction": "Okay.", "meta": meta} for i in range(40)]
-    assert all(evaluator.needs_judging(r) for r in records)
+    records = [{"id": f"o{i}", "prediction": "Okay.", "meta": meta} for i in range(40)]
+    assert all(judging.needs_judging(OVI, r) for r in records)
     with pytest.warns(UserWarning, match="no reply"):
-        judged = list(evaluator._judge_pending(records, "judge"))
-    assert len(judged) == _GIVE_UP_AFTER
-    assert all(r["n_unjudged_metrics"] == 4 and r["scores"] == {} for r in judged)
-    assert all(evaluator.needs_judging(r) for r in judged)  # asked again by the next evaluation
+        judged = list(judging.pending(OVI, records, "judge"))
+    assert len(judged) == GIVE_UP_AFTER
+    assert all(len(r["judgements"]) == 4 for r in judged)
+    assert all(
+        j["status"] == "unjudged" and j["score"] is None for r in judged for j in r["judgements"].values()
+    )
+    assert all(judging.needs_judging(OVI, r) for r in judged)  # asked again by the next evaluation
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -136,7 +137,7 @@ def test_a_dead_judge_is_given_up_on_and_its_items_stay_unjudged(tmp_path, monke
 
 def _open(item_id: str, kind: str, scores: dict, n_unjudged: int = 0) -> dict:
     categories = {"type": kind, "format": "open"}
-    return {"id": item_id, "task": "ovi", "scores": scores, "categories": categories, **_unjudged(n_unjudged)}
+    return {"id": item_id, "scores": scores, "categories": categories, **_unjudged(n_unjudged)}
 
 
 def _unjudged(n: int) -> dict:
@@ -144,7 +145,7 @@ def _unjudged(n: int) -> dict:
 
 
 def _mcq(item_id: str, kind: str, ca: float) -> dict:
-    return {"id": item_id, "task": "ovi", "scores": {"ma": 1.0, "ca": ca}, "categories": {"type": kind}}
+    return {"id": item_id, "scores": {"ma": 1.0, "ca": ca}, "categories": {"type": kind}}
 
 
 BASE = [
@@ -209,10 +210,8 @@ def test_radar_panels_scale_to_unit_and_the_png_is_written(judged_summary, tmp_p
 # End to end: the tiny model, the synthetic OVIBench and the scripted judge
 
 
-def _eval_cfg(tmp_path, tiny_checkpoint, synthetic_build, *overrides):
-    from test_eval_cli import eval_config
-
-    return eval_config(
+def _eval_cfg(small_eval_config, tmp_path, tiny_checkpoint, synthetic_build, *overrides):
+    return small_eval_config(
         tmp_path,
         f"model.name_or_path={tiny_checkpoint}",
         f"eval.ovi_root={synthetic_build.ovibench}",
@@ -232,23 +231,20 @@ def _open_types(synthetic_build) -> Counter:
 
 
 @pytest.mark.slow
-def test_evaluation_with_a_scripted_judge(judge_server, tiny_checkpoint, synthetic_build, tmp_path):
+def test_evaluation_with_a_scripted_judge(
+    judge_server, small_eval_config, tiny_checkpoint, synthetic_build, tmp_path
+):
     from eval.run import run
 
     pytest.importorskip("matplotlib")
-    url = judge_server.url
     cfg = _eval_cfg(
+        small_eval_config,
         tmp_path,
         tiny_checkpoint,
         synthetic_build,
-        "judge=openai",
-        f"judge.base_url={url}",
+        "judge=endpoint",
         "judge.model=judge-model",
-        f"judge.api_key_env={KEY_ENV}",
-        "judge.max_retries=1",
-        "judge.backoff_s=0.01",
-        "judge.timeout_s=10",
-        "judge.workers=4",
+        *endpoint_overrides("judge", judge_server.url),
     )
     summary = run(cfg)
     types = _open_types(synthetic_build)
@@ -265,7 +261,7 @@ def test_evaluation_with_a_scripted_judge(judge_server, tiny_checkpoint, synthet
     assert metrics["ccs"]["n"] == n_open - types["Cancellation"]
     assert "ccs/type/Cancellation" not in metrics and "ma" in metrics and "ca" in metrics
     judge = summary["judge"]
-    assert judge["identity"].startswith("openai-compatible:judge-model") and judge["rubric_version"]
+    assert judge["identity"].startswith("endpoint:judge-model") and judge["rubric_version"]
     assert judge["applies_to"]["cfs"] == ["Correction"]
     assert summary["generation"]["max_new_tokens_open"] == 8
 
@@ -296,12 +292,45 @@ def test_evaluation_with_a_scripted_judge(judge_server, tiny_checkpoint, synthet
 
 
 @pytest.mark.slow
-def test_evaluation_without_a_judge_says_so(tiny_checkpoint, synthetic_build, tmp_path):
+def test_evaluation_without_a_judge_says_so(small_eval_config, tiny_checkpoint, synthetic_build, tmp_path):
     from eval.run import run
 
-    summary = run(_eval_cfg(tmp_path, tiny_checkpoint, synthetic_build, "judge=none"))
+    summary = run(_eval_cfg(small_eval_config, tmp_path, tiny_checkpoint, synthetic_build, "judge=none"))
     assert summary["judge"] == NO_JUDGE and summary["judge"].startswith("not configured")
     types = _open_types(synthetic_build)
     ovi = summary["benchmarks"]["ovi"]
     assert ovi["n_unjudged"] == sum(len(metrics_for(kind)) * n for kind, n in types.items())
     assert not {"iac", "tfs", "ves", "ifa", "cfs", "ccs"} & ovi["metrics"].keys()
+
+
+@pytest.mark.slow
+def test_training_with_a_judge_ends_with_judged_ovi_metrics(
+    judge_server, small_train_config, tiny_checkpoint, synthetic_build, tmp_path
+):
+    """Inline evaluation gets the run's judge like the watcher and ``python -m eval`` do: the whole config."""
+    from train.recipe import run
+
+    judge_server.healthy = True
+    cfg = small_train_config(
+        tmp_path,
+        f"model.name_or_path={tiny_checkpoint}",
+        "data.build_synthetic=false",
+        f"data.train=[{synthetic_build.ovi_train}]",
+        f"eval.ovi_root={synthetic_build.ovibench}",
+        "eval.benchmarks=[ovi]",
+        "eval.limit=8",
+        "eval.max_new_tokens_open=8",
+        "trainer.max_steps=3",
+        "logger.wandb=false",
+        "judge=endpoint",
+        "judge.model=judge-model",
+        *endpoint_overrides("judge", judge_server.url),
+    )
+    summary = run(cfg).summary
+    assert summary["judge"]["identity"].startswith("endpoint:judge-model")
+    ovi = summary["benchmarks"]["ovi"]
+    assert ovi["n_unjudged"] == 0
+    tfs = ovi["metrics"]["tfs"]
+    assert tfs["n"] > 0 and tfs["baseline"] == 8.0 and tfs["checkpoints"]["checkpoint-3"]["value"] == 8.0
+    written = json.loads((Path(cfg.run_dir) / "summary.json").read_text())
+    assert written["benchmarks"]["ovi"]["metrics"]["iac"]["baseline"] == 1.0

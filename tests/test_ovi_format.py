@@ -6,53 +6,21 @@ import json
 from pathlib import Path
 
 import pytest
+from release_rows import ovi_mcq as _mcq
+from release_rows import ovi_row as _row
 
 from data_builders.errors import DataErrors
 from data_builders.ovi_format import MCQ_INSTRUCTION, load_ovibench, ovi_row_to_sample, write_ovibench
 from data_builders.sample import Sample
 
 
-def _row(**overrides) -> dict:
-    row = {
-        "id": "x-1-open",
-        "video_path": "videos/v_a.mp4",
-        "duration": 10.0,
-        "source": "activitynet",
-        "source_id": "v_a",
-        "segment": [1.0, 4.0],
-        "question_time": 4.0,
-        "question": "What happens in the video between 1.0 s and 4.0 s?",
-        "answer": "Between 1.0 s and 4.0 s, a red circle moves up.",
-        "interruption_time": 5.2,
-        "partial_answer": "Between 1.0 s and",
-        "interruption_type": "False Trigger",
-        "interruption": "Uh-huh.",
-        "reference_reaction": "4.0 s, a red circle moves up.",
-        "format": "open",
-    }
-    row.update(overrides)
-    return row
-
-
-def _mcq(**overrides) -> dict:
-    options = ["Okay, I'll stop here.", "4.0 s, a red circle moves up.", "Between 0.0 s and 9.0 s, x.", "Hm."]
-    return _row(**{"id": "x-1-mcq", "format": "mcq", "options": options, "answer_letter": "B", **overrides})
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    (tmp_path / "videos").mkdir()
-    (tmp_path / "videos/v_a.mp4").write_bytes(b"x")  # presence is all the loader checks
-    return tmp_path
-
-
-def test_open_row_becomes_four_turns(root: Path):
-    sample = ovi_row_to_sample(_row(), root)
+def test_open_row_becomes_four_turns(ovi_root: Path):
+    sample = ovi_row_to_sample(_row(), ovi_root)
     assert [t.role for t in sample.turns] == ["user", "assistant", "user", "assistant"]
     assert [t.loss for t in sample.turns] == [False, False, False, True]
     first, partial, interruption, target = sample.turns
     video = first.parts[0]
-    assert (video.path, video.start, video.end) == (str(root / "videos/v_a.mp4"), 0.0, 4.0)
+    assert (video.path, video.start, video.end) == (str(ovi_root / "videos/v_a.mp4"), 0.0, 4.0)
     assert (interruption.parts[0].start, interruption.parts[0].end) == (4.0, 5.2)
     assert partial.text == "Between 1.0 s and" and interruption.text == "Uh-huh."
     assert target.text == "4.0 s, a red circle moves up."
@@ -65,28 +33,28 @@ def test_open_row_becomes_four_turns(root: Path):
     assert sample.meta["interruption_type"] == "False Trigger" and "answer_letter" not in sample.meta
 
 
-def test_mcq_row_lists_options_and_targets_letter_and_type(root: Path):
-    sample = ovi_row_to_sample(_mcq(), root)
+def test_mcq_row_lists_options_and_targets_letter_and_type(ovi_root: Path):
+    sample = ovi_row_to_sample(_mcq(), ovi_root)
     text = sample.turns[2].text
     assert text.startswith("Uh-huh.\n" + MCQ_INSTRUCTION + "\nA: Okay, I'll stop here.\nB: 4.0 s")
     assert sample.turns[3].text == "B (False Trigger)"
     assert sample.meta["answer_letter"] == "B" and len(sample.meta["options"]) == 4
 
 
-def test_no_empty_video_span_when_interrupted_at_the_end(root: Path):
-    sample = ovi_row_to_sample(_row(question_time=10.0, interruption_time=10.0, segment=[8.0, 10.0]), root)
+def test_no_empty_video_span_when_interrupted_at_the_end(ovi_root: Path):
+    sample = ovi_row_to_sample(_row(question_time=10.0, interruption_time=10.0, segment=[8.0, 10.0]), ovi_root)
     assert [p.type for p in sample.turns[2].parts] == ["text"]
 
 
-def test_write_load_round_trip(root: Path):
-    write_ovibench([_row(), _mcq()], root)
-    samples = load_ovibench(root)
+def test_write_load_round_trip(ovi_root: Path):
+    write_ovibench([_row(), _mcq()], ovi_root)
+    samples = load_ovibench(ovi_root)
     assert [s.id for s in samples] == ["x-1-open", "x-1-mcq"]
     for sample in samples:
         assert Sample.from_row(json.loads(json.dumps(sample.to_row()))) == sample
 
 
-def test_every_bad_row_is_listed(root: Path):
+def test_every_bad_row_is_listed(ovi_root: Path):
     lines = [
         json.dumps(_row(id="ok")),
         "not json",
@@ -102,9 +70,9 @@ def test_every_bad_row_is_listed(root: Path):
         json.dumps(_mcq(id="r12", answer_letter=1)),
         json.dumps(_row(id="ok")),
     ]
-    (root / "ovibench.jsonl").write_text("\n".join(lines) + "\n")
+    (ovi_root / "ovibench.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.raises(DataErrors) as caught:
-        load_ovibench(root)
+        load_ovibench(ovi_root)
     expected = {
         2: "malformed JSON",
         3: "field 'interruption_type'",

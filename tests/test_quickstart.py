@@ -8,39 +8,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 from wandb_records import history
-
-from core.config import register_configs
-
-CONF = Path(__file__).resolve().parents[1] / "conf"
-
-
-def small_quickstart(tmp_path, *extra):
-    register_configs()
-    overrides = [
-        "+exp=quickstart",
-        f"output_root={tmp_path}",
-        "trainer.max_steps=6",
-        "trainer.save_steps=3",
-        "trainer.batch_size=4",
-        "trainer.logging_steps=2",
-        "data.synthetic.train_videos=4",
-        "data.synthetic.eval_videos=3",
-        "data.synthetic.vp_questions_per_video=2",
-        "eval.limit=6",
-        *extra,
-    ]
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        return OmegaConf.to_object(compose("train", overrides=overrides))
 
 
 @pytest.fixture(scope="module")
-def quickstart_run(tmp_path_factory):
+def quickstart_run(small_train_config, tmp_path_factory):
     from train.recipe import run
 
-    cfg = small_quickstart(tmp_path_factory.mktemp("quickstart"))
+    cfg = small_train_config(tmp_path_factory.mktemp("quickstart"))
     return cfg, run(cfg)
 
 
@@ -49,7 +24,7 @@ def _untrained_copy(cfg):
     from transformers import set_seed
 
     from models.loading import load_model
-    from train.recipe import apply_peft
+    from train.modes import apply_peft
 
     set_seed(cfg.trainer.seed)
     model, _ = load_model(cfg.model)
@@ -104,7 +79,7 @@ def test_metrics_and_deltas_reach_summary_report_and_wandb(quickstart_run):
     report = (run_dir / "report.md").read_text()
     assert "checkpoint-6" in report and "V2P" in report and "OVI" in report
     per_sample = (run_dir / "eval" / "checkpoint-6" / "v2p.jsonl").read_text().splitlines()
-    assert len(per_sample) == 6 and {"prediction", "scores"} <= json.loads(per_sample[0]).keys()
+    assert len(per_sample) == 6 and {"prediction", "meta", "setting"} <= json.loads(per_sample[0]).keys()
 
     logged = _logged_by_step(run_dir, last_step=6)
     assert "v2p/accuracy" in logged[0] and "ovi/ca" in logged[0]  # the baseline, before step 1
@@ -116,23 +91,20 @@ def test_metrics_and_deltas_reach_summary_report_and_wandb(quickstart_run):
 
 
 @pytest.mark.slow
-def test_python_m_eval_on_a_saved_checkpoint_reproduces_the_in_training_evaluation(quickstart_run, tmp_path):
-    """Train/eval parity: the same adapter, prompts and media give the same greedy answers."""
-    from test_eval_cli import eval_config
-
+def test_python_m_eval_on_a_saved_checkpoint_reproduces_the_in_training_evaluation(
+    quickstart_run, small_eval_config, tmp_path
+):
+    """Train/eval parity: the same adapter, prompts and media give the same greedy answers. The
+    checkpoint is evaluated as its run did: base, media spec and benchmarks from its resolved config."""
     from eval.run import run as run_eval
 
     cfg, _ = quickstart_run
     checkpoint = Path(cfg.run_dir) / "checkpoints" / "checkpoint-6"
-    eval_cfg = eval_config(
-        tmp_path,
-        f"model.name_or_path={cfg.model.name_or_path}",
-        f"adapter={checkpoint}",
-        f"eval.v2p_root={cfg.eval.v2p_root}",
-        f"eval.ovi_root={cfg.eval.ovi_root}",
-        "eval.limit=6",
+    eval_cfg = small_eval_config(
+        tmp_path, f"checkpoint={checkpoint}", "eval.limit=6", "eval.results_cache=null", "media.num_frames=4"
     )
-    run_eval(eval_cfg)
+    with pytest.warns(UserWarning, match="with its training run's media spec"):
+        run_eval(eval_cfg)
     for bench in ("v2p", "ovi"):
         during = (Path(cfg.run_dir) / "eval" / "checkpoint-6" / f"{bench}.jsonl").read_text().splitlines()
         after = (Path(eval_cfg.run_dir) / "eval" / "checkpoint-6" / f"{bench}.jsonl").read_text().splitlines()

@@ -25,7 +25,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from train.recipe import _is_complete, _last_checkpoint
+from core.rundir import RunDir, checkpoint_is_complete
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -137,7 +137,7 @@ def _train_until_killed(
     )
     try:
         deadline = time.monotonic() + WAIT_S
-        while not _is_complete(target):
+        while not checkpoint_is_complete(target):
             assert child.poll() is None, f"the run ended (rc {child.returncode}) before {checkpoint}"
             assert time.monotonic() < deadline, f"no {checkpoint} after {WAIT_S} s"
             time.sleep(0.05)
@@ -253,8 +253,8 @@ def test_killed_deepspeed_training_on_two_processes_resumes_with_equal_losses(tm
     _train_until_killed(tmp_path, "killed", f"checkpoint-{step}", DEEPSPEED)
 
     # The newest complete checkpoint: the one the kill followed, or a later one that got through.
-    last = _last_checkpoint(tmp_path / "killed" / "checkpoints")
-    assert last is not None and step <= int(last.rsplit("-", 1)[1]) < MAX_STEPS
+    last = RunDir(tmp_path / "killed").latest_checkpoint()
+    assert last is not None and step <= int(last.name.rsplit("-", 1)[1]) < MAX_STEPS
     output = _train(tmp_path, "killed", DEEPSPEED)
     assert f"resuming from {last}" in output
     _check_equal_runs(tmp_path / "straight", tmp_path / "killed")
@@ -268,29 +268,33 @@ def test_a_checkpoint_is_complete_once_every_file_of_every_rank_is_whole(tmp_pat
         (checkpoint / "global_step2" / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt").touch()
     torch.save({"lr": 1.0}, checkpoint / "scheduler.pt")
     torch.save({"cpu": torch.random.get_rng_state()}, checkpoint / "rng_state_0.pth")
-    assert not _is_complete(checkpoint), "rank 1 has not written its RNG state yet"
+    assert not checkpoint_is_complete(checkpoint), "rank 1 has not written its RNG state yet"
 
     torch.save({"cpu": torch.random.get_rng_state()}, checkpoint / "rng_state_1.pth")
-    assert _is_complete(checkpoint)
+    assert checkpoint_is_complete(checkpoint)
 
     for name in ("rng_state_1.pth", "scheduler.pt"):  # killed while a rank was writing it
         whole = (checkpoint / name).read_bytes()
         (checkpoint / name).write_bytes(whole[: len(whole) - 100])
-        assert not _is_complete(checkpoint), name
+        assert not checkpoint_is_complete(checkpoint), name
         (checkpoint / name).write_bytes(whole)
-    assert _is_complete(checkpoint)
+    assert checkpoint_is_complete(checkpoint)
 
 
 def test_last_checkpoint_skips_half_written_saves(tmp_path):
-    assert _last_checkpoint(tmp_path / "nothing-yet") is None
+    run_dir = RunDir(tmp_path)
+    assert run_dir.latest_checkpoint() is None and run_dir.checkpoints() == []
+    saves = run_dir.checkpoints_dir
     for step in (2, 10):
-        (tmp_path / f"checkpoint-{step}").mkdir()
-        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
-    (tmp_path / "checkpoint-12").mkdir()  # killed before its trainer state was written
-    (tmp_path / "checkpoint-14").mkdir()
-    (tmp_path / "checkpoint-14" / "trainer_state.json").write_text('{"global_st')  # killed mid-write
+        (saves / f"checkpoint-{step}").mkdir(parents=True)
+        (saves / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    (saves / "checkpoint-12").mkdir()  # killed before its trainer state was written
+    (saves / "checkpoint-14").mkdir()
+    (saves / "checkpoint-14" / "trainer_state.json").write_text('{"global_st')  # killed mid-write
+    (saves / "checkpoint-final").mkdir()  # not a step
     # checkpoint-10 beats checkpoint-2 by number, not by name (a string sort would pick checkpoint-2).
-    assert _last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-10")
+    assert run_dir.latest_checkpoint() == saves / "checkpoint-10"
+    assert run_dir.checkpoints() == [saves / "checkpoint-2", saves / "checkpoint-10"]
 
 
 def test_resumed_training_finishes_the_evaluation_of_the_checkpoint_it_resumes_from():
@@ -302,10 +306,10 @@ def test_resumed_training_finishes_the_evaluation_of_the_checkpoint_it_resumes_f
     calls = []
 
     class Recorder:
-        def evaluate(self, model, adapter, model_name, step):
+        def evaluate(self, model, chat, model_name, step, weights):
             calls.append((model_name, step))
 
-    callback = CheckpointEval(Recorder(), adapter=None)
+    callback = CheckpointEval(Recorder(), chat=None, base="base", run_dir=RunDir("run"))
     callback.on_train_begin(None, TrainerState(global_step=0), TrainerControl(), model=None)
     assert calls == [("baseline", 0)]
     calls.clear()
@@ -348,27 +352,33 @@ def _evaluate(eval_setup, run_dir: Path, *, kill_after: int | None = None) -> tu
     Returns:
         The summary, and the ids of the items generated in this call (one list per generate call).
     """
-    from core.config import ModelConfig
+    import eval.generation
+    from core.config import EvalRunConfig, ModelConfig
     from core.metric_logging import NullLogger
     from data_builders.media import FrameCache
-    from eval.evaluator import Evaluator
+    from eval.evaluation import Evaluation
     from models.chat import make_adapter
 
     model, processor, cfg, media = eval_setup
     cache = FrameCache(None)
-    evaluator = Evaluator(cfg, media, cache, run_dir, NullLogger())
+    run_cfg = EvalRunConfig(model=ModelConfig(name_or_path="tiny"), media=media, eval=cfg)
+    evaluation = Evaluation(run_cfg, RunDir(run_dir), NullLogger(), cache)
     generated: list[list[str]] = []
+    real_generate = eval.generation.generate
 
-    def counting_generate(model, adapter, samples, max_new_tokens=None):
+    def counting_generate(model, chat, samples, max_new_tokens):
         if kill_after is not None and len(generated) == kill_after:
             raise Killed()
         generated.append([s.id for s in samples])
-        return Evaluator.generate(evaluator, model, adapter, samples, max_new_tokens)
+        return real_generate(model, chat, samples, max_new_tokens)
 
-    evaluator.generate = counting_generate  # this evaluator only
-    adapter = make_adapter(ModelConfig().family, processor, media, cache)
-    evaluator.evaluate(model, adapter, "baseline", step=0)
-    summary = evaluator.evaluate(model, adapter, "checkpoint-2", step=2)
+    eval.generation.generate = counting_generate
+    try:
+        chat = make_adapter(ModelConfig().family, processor, media, cache)
+        evaluation.evaluate(model, chat, "baseline", step=0)
+        summary = evaluation.evaluate(model, chat, "checkpoint-2", step=2)
+    finally:
+        eval.generation.generate = real_generate
     return summary, generated
 
 

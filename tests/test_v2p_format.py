@@ -6,6 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from release_rows import touch as _touch
+from release_rows import v2p_question as _question
+from release_rows import v2p_row as _row
+from release_rows import write_v2p_rows as _write
 
 from data_builders.errors import DataErrors
 from data_builders.sample import Sample
@@ -16,46 +20,6 @@ from data_builders.v2p_format import (
     render_question,
     write_v2p_release,
 )
-
-
-def _question(stem: str, options: list[str], gap: str = " ") -> str:
-    lines = [f"{chr(ord('A') + i)}:{gap}{text}" for i, text in enumerate(options)]
-    return "\n".join([stem, *lines, INSTRUCTION])
-
-
-def _row(**overrides) -> dict:
-    row = {
-        "video_id": "vid1",
-        "video_path": "NExTVideo/vid1.mp4",
-        "duration": 12,
-        "question": _question(
-            "What is the object in the box doing?", ["running", "sitting", "eating", "sleeping"]
-        ),
-        "answer": "B",
-        "source": "NExT-QA",
-        "frame_path": "NExTVideo/vid1_0.jpg",
-        "dimension": 1,
-        "category": 7,
-    }
-    row.update(overrides)
-    return row
-
-
-def _touch(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"x")  # the loader checks presence only; decoding is the media layer's job
-
-
-@pytest.fixture
-def release(tmp_path: Path) -> Path:
-    for name in ("videos/NExTVideo/vid1.mp4", "frames/NExTVideo/vid1_0.jpg", "frames/NExTVideo/vid1_1.jpg"):
-        _touch(tmp_path / name)
-    return tmp_path
-
-
-def _write(root: Path, lines: list) -> None:
-    text = "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines)
-    (root / "dataset_info.jsonl").write_text(text + "\n")
 
 
 def test_parse_options_accepts_one_or_two_spaces():
@@ -76,16 +40,16 @@ def test_render_question_round_trips_through_parse():
     assert parse_options(text) == ("Where?", ["left", "right", "up"])
 
 
-def test_official_order_and_meta(release: Path):
+def test_official_order_and_meta(v2p_release: Path):
     row = _row(question=_question("What is it doing?", ["running", "sitting", "eating"], gap="  "))
-    _write(release, [row])
-    (sample,) = load_v2p_release(release)
+    _write(v2p_release, [row])
+    (sample,) = load_v2p_release(v2p_release)
     user, assistant = sample.turns
     assert [p.type for p in user.parts] == ["video", "text", "image"]
     video, text, image = user.parts
-    assert (video.path, video.start, video.end) == (str(release / "videos/NExTVideo/vid1.mp4"), 0.0, 12.0)
+    assert (video.path, video.start, video.end) == (str(v2p_release / "videos/NExTVideo/vid1.mp4"), 0.0, 12.0)
     assert text.text == row["question"]  # verbatim
-    assert image.path == str(release / "frames/NExTVideo/vid1_0.jpg")
+    assert image.path == str(v2p_release / "frames/NExTVideo/vid1_0.jpg")
     assert assistant.text == "B" and assistant.loss
     assert sample.id == "000001" and sample.task == "v2p"
     assert (sample.source, sample.source_id, sample.segment) == ("NExT-QA", "vid1", (0.0, 12.0))
@@ -99,23 +63,23 @@ def test_official_order_and_meta(release: Path):
     }
 
 
-def test_vp_first_order_and_frame_path_list(release: Path):
-    _write(release, [_row(frame_path=["NExTVideo/vid1_0.jpg", "NExTVideo/vid1_1.jpg"], id="q-7")])
-    (sample,) = load_v2p_release(release, input_order="vp_first")
+def test_vp_first_order_and_frame_path_list(v2p_release: Path):
+    _write(v2p_release, [_row(frame_path=["NExTVideo/vid1_0.jpg", "NExTVideo/vid1_1.jpg"], id="q-7")])
+    (sample,) = load_v2p_release(v2p_release, input_order="vp_first")
     assert [p.type for p in sample.turns[0].parts] == ["video", "image", "image", "text"]
     assert sample.turns[0].parts[2].path.endswith("vid1_1.jpg")
     assert sample.id == "q-7"
 
 
-def test_case_mismatched_folder_is_resolved_with_a_warning(release: Path):
-    _write(release, [_row(frame_path="NEXTVideo/vid1_0.jpg"), _row(frame_path="NEXTVideo/vid1_1.jpg")])
+def test_case_mismatched_folder_is_resolved_with_a_warning(v2p_release: Path):
+    _write(v2p_release, [_row(frame_path="NEXTVideo/vid1_0.jpg"), _row(frame_path="NEXTVideo/vid1_1.jpg")])
     with pytest.warns(UserWarning, match="NEXTVideo.*NExTVideo") as record:
-        samples = load_v2p_release(release)
+        samples = load_v2p_release(v2p_release)
     assert len([w for w in record if "case-insensitive" in str(w.message)]) == 1  # once per folder
-    assert samples[1].turns[0].parts[2].path == str(release / "frames/NExTVideo/vid1_1.jpg")
+    assert samples[1].turns[0].parts[2].path == str(v2p_release / "frames/NExTVideo/vid1_1.jpg")
 
 
-def test_every_bad_row_is_listed_with_its_line(release: Path):
+def test_every_bad_row_is_listed_with_its_line(v2p_release: Path):
     lines = [
         _row(),
         '{"video_id": "broken"',
@@ -127,9 +91,9 @@ def test_every_bad_row_is_listed_with_its_line(release: Path):
         _row(frame_path=["NExTVideo/vid1_0.jpg", "NExTVideo/gone.jpg"]),
         _row(question="Q? no options here"),
     ]
-    _write(release, lines)
+    _write(v2p_release, lines)
     with pytest.raises(DataErrors) as caught:
-        load_v2p_release(release)
+        load_v2p_release(v2p_release)
     message = str(caught.value)
     expected = {
         2: "malformed JSON",
@@ -153,24 +117,24 @@ def test_missing_files_allowed_when_not_required(tmp_path: Path):
     assert sample.turns[0].parts[0].path == str(tmp_path / "videos/NExTVideo/vid1.mp4")
 
 
-def test_unknown_input_order_is_rejected(release: Path):
-    _write(release, [_row()])
+def test_unknown_input_order_is_rejected(v2p_release: Path):
+    _write(v2p_release, [_row()])
     with pytest.raises(ValueError, match="input_order"):
-        load_v2p_release(release, input_order="question_last")
+        load_v2p_release(v2p_release, input_order="question_last")
 
 
-def test_write_then_load_and_row_round_trip(release: Path):
+def test_write_then_load_and_row_round_trip(v2p_release: Path):
     rows = [_row(qid=f"q{i}", answer="ABCD"[i]) for i in range(4)]
-    write_v2p_release(rows, release)
-    assert [p.name for p in release.iterdir() if p.is_file()] == ["dataset_info.jsonl"]  # no temp file left
-    samples = load_v2p_release(release)
+    write_v2p_release(rows, v2p_release)
+    assert [p.name for p in v2p_release.iterdir() if p.is_file()] == ["dataset_info.jsonl"]  # no temp file left
+    samples = load_v2p_release(v2p_release)
     assert [s.id for s in samples] == ["q0", "q1", "q2", "q3"]
     assert [s.meta["answer"] for s in samples] == list("ABCD")
     for sample in samples:
         assert Sample.from_row(json.loads(json.dumps(sample.to_row()))) == sample
 
 
-def test_duplicate_ids_are_reported(release: Path):
-    _write(release, [_row(id="same"), _row(id="same")])
+def test_duplicate_ids_are_reported(v2p_release: Path):
+    _write(v2p_release, [_row(id="same"), _row(id="same")])
     with pytest.raises(DataErrors, match="row 2, field 'id': duplicate"):
-        load_v2p_release(release)
+        load_v2p_release(v2p_release)

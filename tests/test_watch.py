@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from wandb_records import history
 
-from eval.watch import complete_checkpoints
-from train.callbacks import training_done
+from core.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 WAIT_S = 240  # bound on every wait for a child process
@@ -100,11 +99,11 @@ def async_run(synthetic_build, tiny_checkpoint, tmp_path_factory):
     )
     try:
         first = run_dir / "checkpoints" / f"checkpoint-{SAVE_EVERY}"
-        _wait(lambda: first in complete_checkpoints(first.parent), "a first checkpoint", train, watch)
+        _wait(lambda: first in RunDir(run_dir).checkpoints(), "a first checkpoint", train, watch)
         train.send_signal(signal.SIGSTOP)
         try:
             _wait(lambda: first.name in _evaluated(run_dir), f"{first.name} evaluated", watch)
-            assert not training_done(run_dir) and watch.poll() is None, "the watcher waits for more"
+            assert not RunDir(run_dir).is_done() and watch.poll() is None, "the watcher waits for more"
         finally:
             train.send_signal(signal.SIGCONT)
         assert train.wait(timeout=WAIT_S) == 0, _tail(logs["train"])
@@ -166,7 +165,6 @@ def test_the_watcher_logs_into_the_training_wandb_run_at_each_checkpoint_step(as
 def test_a_restarted_watcher_skips_what_is_done_even_in_a_moved_run_directory(
     async_run, tmp_path, monkeypatch
 ):
-    from eval.evaluator import Evaluator
     from eval.watch import watch
 
     run_dir = Path(shutil.copytree(async_run[0], tmp_path / "moved"))
@@ -178,11 +176,11 @@ def test_a_restarted_watcher_skips_what_is_done_even_in_a_moved_run_directory(
     results.write_text(results.read_text().splitlines()[0] + "\n")
     generated = []
 
-    def counting_generate(self, model, adapter, samples, max_new_tokens=None):
+    def counting_generate(model, chat, samples, max_new_tokens):
         generated.extend(s.id for s in samples)
         return ["A"] * len(samples)
 
-    monkeypatch.setattr(Evaluator, "generate", counting_generate)
+    monkeypatch.setattr("eval.generation.generate", counting_generate)
     assert watch(run_dir, device="cpu", timeout_s=60, poll_s=0.2) == before
     assert generated == []  # the cut items come from the shared results cache, by the adapter's files
     ids = {json.loads(line)["id"] for line in results.read_text().splitlines()}
@@ -238,8 +236,7 @@ def test_swapping_lora_adapters_on_one_base_computes_what_each_adapter_loaded_fr
     from peft import LoraConfig, PeftModel, get_peft_model
 
     from core.config import ModelConfig
-    from eval.watch import CheckpointModels
-    from models.loading import load_model
+    from models.loading import CheckpointModels, load_model
 
     model_cfg = ModelConfig(name_or_path=str(tiny_checkpoint))
     for step in (2, 4):
@@ -270,8 +267,7 @@ def test_a_full_fine_tuning_checkpoint_is_loaded_whole(tiny_checkpoint, tmp_path
     import torch
 
     from core.config import ModelConfig
-    from eval.watch import CheckpointModels
-    from models.loading import load_model
+    from models.loading import CheckpointModels, load_model
 
     model_cfg = ModelConfig(name_or_path=str(tiny_checkpoint))
     tuned, processor = load_model(model_cfg)
