@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from core import distributed
@@ -30,6 +31,7 @@ from eval.benchmarks import BENCHMARKS
 from eval.benchmarks.base import Benchmark
 from eval.benchmarks.diagnostics import summary_entry
 from eval.generation import Generation, current_records
+from eval.headline import headline
 from eval.judging import Judging, judge_summary, make_judge
 from eval.outputs import log_model, write_summary
 from eval.results_cache import ResultsCache, Weights, item_fingerprint
@@ -78,7 +80,7 @@ class Evaluation:
     # -- evaluating a model --------------------------------------------------------------------------
 
     def evaluate(
-        self, model, chat: VideoChatAdapter, name: str, step: int, weights: Weights | None = None
+        self, model, chat: VideoChatAdapter, name: str, step: int, checkpoint: Path | None = None
     ) -> dict:
         """Evaluate one model on every benchmark, then refresh the summary, the report and W&B.
 
@@ -88,10 +90,11 @@ class Evaluation:
         Args:
             name, step: the model's name in results and reports (``baseline``, ``checkpoint-N``) and its
                 training step.
-            weights: what the model is, to share its results through ``eval.results_cache`` (None: not
-                shared).
+            checkpoint: the training checkpoint the model holds on the run's base model (None: the base
+                itself); with the base, what keys its results in ``eval.results_cache``.
         """
         main = distributed.is_main()
+        weights = Weights(self.cfg.model.name_or_path, checkpoint)
         was_training = model.training
         model.eval()
         try:
@@ -121,10 +124,10 @@ class Evaluation:
             if judged.get("judgements") != before[judged["id"]]:
                 results.append([judged])
 
-    def _cache_key(self, model, weights: Weights | None, suite: Suite) -> str | None:
+    def _cache_key(self, model, weights: Weights, suite: Suite) -> str | None:
         """The results cache's key of this model's weights under this benchmark's setting (None: no
         cache, or weights that cannot be identified)."""
-        if self.results_cache is None or weights is None:
+        if self.results_cache is None:
             return None
         quantization = str(getattr(model, "quantization_method", None))  # a QLoRA base: 4-bit
         return self.results_cache.key(weights, {"setting": suite.setting, "quantization": quantization})
@@ -165,6 +168,11 @@ class Evaluation:
             labelled = {("baseline" if i == 0 else name): scored[name] for i, (name, _) in enumerate(models)}
             extra["diagnostics"] = summary_entry(derived, labelled, self.cfg.media)
         return write_summary(self.run_dir, models, scored, extra, self.cfg.eval.bootstrap_resamples)
+
+    @staticmethod
+    def headline(summary: dict) -> str:
+        """The lines a run prints when it ends: each benchmark's headline metrics, baseline → last model."""
+        return headline(summary)
 
     def generation_settings(self) -> dict[str, Any]:
         """How answers are generated, over every benchmark of the run (recorded in the summary)."""

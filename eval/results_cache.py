@@ -28,7 +28,6 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from core.rundir import BASELINE, RunDir
 from data_builders.files import JsonlStore, write_json_atomic
 from data_builders.sample import Sample
 
@@ -51,11 +50,6 @@ class Weights:
 
     base: str
     checkpoint: Path | None = None
-
-
-def run_weights(base: str, run_dir: RunDir, model_name: str) -> Weights:
-    """The weights of a model of a training run: ``baseline`` is the base, ``checkpoint-N`` its save."""
-    return Weights(base) if model_name == BASELINE else Weights(base, run_dir.checkpoints_dir / model_name)
 
 
 def _digest(value: object) -> str:

@@ -12,7 +12,6 @@ from core.rundir import RunDir
 from data_builders.errors import ConfigError
 from data_builders.media import FrameCache
 from eval.evaluation import Evaluation
-from eval.results_cache import Weights
 from models.chat import make_adapter
 from models.loading import CheckpointModels, default_device, is_adapter, load_base
 
@@ -33,9 +32,6 @@ def run(cfg: EvalRunConfig) -> dict:
     try:
         evaluation = Evaluation(cfg, run_dir, logger, cache)  # before the model: bad settings fail fast
         device = default_device()
-        name, weights = "model", Weights(cfg.model.name_or_path)
-        if checkpoint is not None:
-            name, weights = checkpoint.name, Weights(cfg.model.name_or_path, checkpoint)
         if checkpoint is not None and not is_adapter(checkpoint):  # full fine-tuning: loads on its own
             full = replace(cfg.model, name_or_path=str(checkpoint), tiny=False)
             model, processor = load_base(full, device=device)
@@ -44,7 +40,8 @@ def run(cfg: EvalRunConfig) -> dict:
             if checkpoint is not None:
                 model = CheckpointModels(model, cfg.model, device).load(checkpoint)
         chat = make_adapter(cfg.model.family, processor, cfg.media, cache)
-        return evaluation.evaluate(model, chat, name, step=0, weights=weights)
+        name = checkpoint.name if checkpoint is not None else "model"
+        return evaluation.evaluate(model, chat, name, step=0, checkpoint=checkpoint)
     finally:
         logger.finish()
 

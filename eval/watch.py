@@ -30,7 +30,6 @@ from data_builders.errors import ConfigError
 from data_builders.media import FrameCache
 from eval.evaluation import Evaluation
 from eval.headline import headline
-from eval.results_cache import run_weights
 from models.chat import make_adapter
 from models.loading import CheckpointModels, default_device, load_base
 
@@ -102,9 +101,9 @@ def watch(
         models = CheckpointModels(base, cfg.model, device)
         evaluated = {name for name, _ in run_dir.models()}
 
-        def evaluate(model, name: str, step: int) -> None:
+        def evaluate(model, name: str, step: int, checkpoint: Path | None = None) -> None:
             print(f"evaluating {name} (step {step})", flush=True)
-            evaluation.evaluate(model, chat, name, step, run_weights(cfg.model.name_or_path, run_dir, name))
+            evaluation.evaluate(model, chat, name, step, checkpoint)
             evaluated.add(name)
 
         if BASELINE not in evaluated:
@@ -113,7 +112,7 @@ def watch(
             done = run_dir.is_done()  # first: every checkpoint saved before it is listed below
             pending = [c for c in run_dir.checkpoints() if c.name not in evaluated]
             for checkpoint in pending:
-                evaluate(models.load(checkpoint), checkpoint.name, checkpoint_step(checkpoint))
+                evaluate(models.load(checkpoint), checkpoint.name, checkpoint_step(checkpoint), checkpoint)
             if done and not pending:
                 break
             if not pending:

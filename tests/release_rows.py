@@ -68,4 +68,6 @@ def ovi_row(**overrides) -> dict:
 
 def ovi_mcq(**overrides) -> dict:
     options = ["Okay, I'll stop here.", "4.0 s, a red circle moves up.", "Between 0.0 s and 9.0 s, x.", "Hm."]
-    return ovi_row(**{"id": "x-1-mcq", "format": "mcq", "options": options, "answer_letter": "B", **overrides})
+    return ovi_row(
+        **{"id": "x-1-mcq", "format": "mcq", "options": options, "answer_letter": "B", **overrides}
+    )

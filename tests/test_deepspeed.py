@@ -63,17 +63,17 @@ def test_no_zero_means_no_deepspeed_and_bad_settings_fail():
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_shards_cover_every_item_once_in_equal_rounds(monkeypatch, world):
     from core import distributed
-    from eval import evaluator as ev
+    from eval.benchmarks.ovi import OVI
+    from eval.generation import Generation
 
-    evaluator = ev.Evaluator.__new__(ev.Evaluator)
-    evaluator.cfg = EvalConfig(batch_size=2)
-    items = [SimpleNamespace(id=f"mcq{i}", task="ovi", meta={"format": "mcq"}) for i in range(5)]
-    items += [SimpleNamespace(id=f"open{i}", task="ovi", meta={"format": "open"}) for i in range(2)]
+    items = [SimpleNamespace(id=f"mcq{i}", meta={"format": "mcq"}) for i in range(5)]
+    items += [SimpleNamespace(id=f"open{i}", meta={"format": "open"}) for i in range(2)]
+    generation = Generation(OVI, items, EvalConfig(batch_size=2), setting="s", items={})
     monkeypatch.setattr(distributed, "world_size", lambda: world)
     rounds = {}
     for r in range(world):
         monkeypatch.setattr(distributed, "rank", lambda r=r: r)
-        rounds[r] = list(evaluator._shard_batches(items))
+        rounds[r] = list(generation._shard_batches(items))
     shapes = {r: [(length, len(chunk)) for length, chunk, _ in rs] for r, rs in rounds.items()}
     assert all(shape == shapes[0] for shape in shapes.values()), "every rank must run the same rounds"
     kept = [
@@ -158,12 +158,12 @@ def _check_tower_learning_rates(output_root: Path, checkpoint: Path) -> None:
 
 
 def _check_each_item_once(run_dir: Path) -> None:
-    from eval.evaluator import load_benchmark
+    from core.rundir import RunDir
+    from eval.benchmarks import BENCHMARKS
 
-    resolved = OmegaConf.load(run_dir / "resolved_config.yaml")
-    cfg = EvalConfig(v2p_root=resolved.eval.v2p_root, ovi_root=resolved.eval.ovi_root, limit=EVAL_LIMIT)
+    cfg = RunDir(run_dir).read_config().eval
     for bench in ("v2p", "ovi"):
-        expected = sorted(sample.id for sample in load_benchmark(bench, cfg))
+        expected = sorted(sample.id for sample in BENCHMARKS[bench].load(cfg)[:EVAL_LIMIT])
         for model in ("baseline", "checkpoint-2"):
             lines = (run_dir / "eval" / model / f"{bench}.jsonl").read_text().splitlines()
             assert sorted(json.loads(line)["id"] for line in lines) == expected, (model, bench)

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from core.rundir import RunDir
-from eval.results_cache import FileHashes, Weights, checkpoint_fingerprint, item_fingerprint, run_weights
+from eval.results_cache import FileHashes, Weights, checkpoint_fingerprint, item_fingerprint
 
 
 class Killed(RuntimeError):
@@ -87,7 +86,7 @@ def _evaluate(cfg, run_dir: Path, weights: Weights, media=None, kill_after: int 
     eval.generation.generate = counting_generate
     try:
         chat = make_adapter("qwen2_5_vl", processor, media, FrameCache(None))
-        summary = evaluation.evaluate(model, chat, "checkpoint-2", step=2, weights=weights)
+        summary = evaluation.evaluate(model, chat, "checkpoint-2", step=2, checkpoint=weights.checkpoint)
     finally:
         eval.generation.generate = real_generate
     return _records(run_dir), len(generated), summary
@@ -111,12 +110,8 @@ def test_the_same_adapter_under_another_path_is_not_evaluated_again(base_and_ada
 @pytest.mark.slow
 def test_the_same_untuned_base_in_two_runs_is_evaluated_once(base_and_adapters, cfg, tmp_path):
     base = base_and_adapters[0]
-    _, n_first, _ = _evaluate(
-        cfg, tmp_path / "run_a", run_weights(base, RunDir(tmp_path / "run_a"), "baseline")
-    )
-    _, n_second, _ = _evaluate(
-        cfg, tmp_path / "run_b", run_weights(base, RunDir(tmp_path / "run_b"), "baseline")
-    )
+    _, n_first, _ = _evaluate(cfg, tmp_path / "run_a", Weights(base))
+    _, n_second, _ = _evaluate(cfg, tmp_path / "run_b", Weights(base))
     assert (n_first, n_second) == (cfg.limit, 0)
 
 

@@ -113,9 +113,10 @@ def test_disabled_wandb_still_keeps_the_local_metrics(tmp_path):
 def test_evaluation_goes_on_when_wandb_rejects_its_logs(
     synthetic_build, tiny_checkpoint, tmp_path, monkeypatch
 ):
-    from core.config import EvalConfig, ModelConfig
+    from core.config import EvalConfig, EvalRunConfig, ModelConfig
+    from core.rundir import RunDir
     from data_builders.media import FrameCache, MediaSpec
-    from eval.evaluator import Evaluator
+    from eval.evaluation import Evaluation
     from models.chat import make_adapter
     from models.loading import load_model
 
@@ -129,11 +130,12 @@ def test_evaluation_goes_on_when_wandb_rejects_its_logs(
     )
     run = FakeRun(failing=("log",))
     logger = _logger(tmp_path, monkeypatch, run)
-    evaluator = Evaluator(cfg, MediaSpec(), FrameCache(None), tmp_path, logger)
-    adapter = make_adapter("qwen2_5_vl", processor, MediaSpec(), FrameCache(None))
+    run_cfg = EvalRunConfig(model=ModelConfig(name_or_path=str(tiny_checkpoint)), eval=cfg)
+    evaluation = Evaluation(run_cfg, RunDir(tmp_path), logger, FrameCache(None))
+    chat = make_adapter("qwen2_5_vl", processor, MediaSpec(), FrameCache(None))
     with pytest.warns(UserWarning, match="W&B log failed"):
-        evaluator.evaluate(model, adapter, "baseline", step=0)
-    summary = evaluator.evaluate(model, adapter, "checkpoint-2", step=2)  # the next model too
+        evaluation.evaluate(model, chat, "baseline", step=0)
+    summary = evaluation.evaluate(model, chat, "checkpoint-2", step=2)  # the next model too
 
     point = summary["benchmarks"]["v2p"]["metrics"]["accuracy"]["checkpoints"]["checkpoint-2"]
     kept = {row[STEP_KEY]: row for row in _metrics(tmp_path)}

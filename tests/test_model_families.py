@@ -8,11 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 from PIL import Image
 
-from core.config import ModelConfig, register_configs
+from core.config import ModelConfig
 from data_builders.errors import ConfigError
 from data_builders.media import FrameCache, MediaSpec
 from data_builders.sample import Part, Sample, Turn
@@ -110,8 +108,8 @@ def test_every_family_has_a_chat_format_a_tiny_config_and_a_real_config():
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (CONF / "model").glob("*.yaml")))
-def test_every_model_config_names_its_family(name):
-    model = _compose("train", [f"model={name}"]).model
+def test_every_model_config_names_its_family(compose, name):
+    model = compose("train", f"model={name}").model
     if model.tiny:
         assert name == f"tiny_{model.family}"
     else:
@@ -130,17 +128,11 @@ def test_unknown_family_and_a_family_that_is_not_the_checkpoints_fail_clearly(ch
         load_model(ModelConfig(name_or_path=str(checkpoints("qwen2_vl")), family="qwen3_vl"))
 
 
-def _compose(name: str, overrides: list[str]):
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        return OmegaConf.to_object(compose(name, overrides=overrides))
-
-
-def _tiny_run_config(output_root: Path, family: str):
+def _tiny_run_config(compose, output_root: Path, family: str):
     """The quickstart cut to the bone: 2 LoRA steps, one save, 2 items per benchmark."""
-    return _compose(
+    return compose(
         "train",
-        [
+        *[
             "+exp=quickstart",
             f"model=tiny_{family}",
             f"output_root={output_root}",
@@ -159,23 +151,18 @@ def _tiny_run_config(output_root: Path, family: str):
     )
 
 
-def _eval_config(train_cfg, checkpoint: Path):
-    """``python -m eval`` of a saved checkpoint with the training run's model, media and benchmarks."""
-    return _compose(
+def _eval_config(compose, train_cfg, checkpoint: Path):
+    """``python -m eval`` of a saved checkpoint: the training run's base, media and benchmarks."""
+    return compose(
         "eval",
-        [
-            f"model=tiny_{train_cfg.model.family}",
-            f"model.name_or_path={train_cfg.model.name_or_path}",
-            f"adapter={checkpoint}",
-            f"output_root={Path(train_cfg.run_dir) / 'standalone_eval'}",
-            "data.build_synthetic=false",
-            f"eval.v2p_root={train_cfg.eval.v2p_root}",
-            f"eval.ovi_root={train_cfg.eval.ovi_root}",
-            "eval.limit=2",
-            "eval.max_new_tokens_open=8",
-            f"media.max_pixels={train_cfg.media.max_pixels}",
-            f"media.image_max_pixels={train_cfg.media.image_max_pixels}",
-        ],
+        f"checkpoint={checkpoint}",
+        f"output_root={Path(train_cfg.run_dir) / 'standalone_eval'}",
+        "data.build_synthetic=false",
+        "eval.limit=2",
+        "eval.max_new_tokens_open=8",
+        "eval.results_cache=null",  # generated again, not copied: the comparison below means something
+        f"media.max_pixels={train_cfg.media.max_pixels}",
+        f"media.image_max_pixels={train_cfg.media.image_max_pixels}",
     )
 
 
@@ -187,11 +174,11 @@ def runs_root(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
-def test_lora_steps_through_the_recipe_then_both_benchmarks(family, runs_root):
+def test_lora_steps_through_the_recipe_then_both_benchmarks(compose, family, runs_root):
     from eval.run import run as run_eval
     from train.recipe import run
 
-    cfg = _tiny_run_config(runs_root, family)
+    cfg = _tiny_run_config(compose, runs_root, family)
     result = run(cfg)
     summary = json.loads((Path(cfg.run_dir) / "summary.json").read_text())
     assert summary == result.summary
@@ -206,9 +193,67 @@ def test_lora_steps_through_the_recipe_then_both_benchmarks(family, runs_root):
 
     # python -m eval on the saved checkpoint renders the same prompts: the same greedy answers.
     checkpoint = Path(cfg.run_dir) / "checkpoints" / "checkpoint-2"
-    eval_cfg = _eval_config(cfg, checkpoint)
+    eval_cfg = _eval_config(compose, cfg, checkpoint)
     run_eval(eval_cfg)
     for bench in ("v2p", "ovi"):
         during = Path(cfg.run_dir, "eval", "checkpoint-2", f"{bench}.jsonl").read_text().splitlines()
         after = Path(eval_cfg.run_dir, "eval", "checkpoint-2", f"{bench}.jsonl").read_text().splitlines()
         assert [json.loads(x)["prediction"] for x in during] == [json.loads(x)["prediction"] for x in after]
+
+
+# --- rendered-prompt snapshots: a change to a family's chat format shows in a diff -----------------------
+
+SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
+V2P_QUESTION = (
+    "What is the object marked by the box doing?\nA: running\nB: sitting\nC: eating\nD: sleeping\n"
+    "Select the best option that accurately addresses the question. "
+    "Give only your option letter, no other words."
+)
+
+
+def _conversations(samples) -> dict[str, tuple[Sample, bool]]:
+    """name -> (sample, for_generation): a V2P item, a multi-target V2P item (three VP frames), and the
+    four-turn OVI conversation as trained and as asked for its reaction."""
+    ovi = samples[0]
+    video, _, image = ovi.turns[0].parts
+    v2p = [
+        Turn("user", [video, Part.txt(V2P_QUESTION), image]),
+        Turn("assistant", [Part.txt("B")], loss=True),
+    ]
+    several = [Turn("user", [video, Part.txt(V2P_QUESTION), image, image, image]), v2p[1]]
+    return {
+        "v2p, official order (video, question, VP frame): generation prompt": (
+            Sample("v2p", "v2p", v2p, "test", "v", (0.0, 2.0)),
+            True,
+        ),
+        "v2p with three VP frames: generation prompt": (
+            Sample("v2p3", "v2p", several, "test", "v", (0.0, 2.0)),
+            True,
+        ),
+        "ovi, four turns: training text (loss on the reaction only)": (ovi, False),
+        "ovi, four turns: generation prompt of the reaction": (ovi, True),
+    }
+
+
+def render_snapshot(adapter, samples) -> str:
+    parts = []
+    for title, (sample, for_generation) in _conversations(samples).items():
+        rendered = adapter.render(sample, for_generation=for_generation)
+        tokens = adapter.batch([rendered], padding_side="left")["input_ids"].shape[1]
+        parts.append(f"### {title} ({tokens} tokens after the processor)\n{rendered.text}")
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_rendered_prompts_match_their_snapshot(family, adapters, samples):
+    """``UPDATE_SNAPSHOTS=1 pytest tests/test_model_families.py -k snapshot`` rewrites them after a deliberate
+    change (and bump models.chat.RENDER_VERSION if the change is in the code, not in a ChatFormat)."""
+    import os
+
+    rendered = render_snapshot(adapters(family), samples)
+    path = SNAPSHOTS / f"prompt_{family}.txt"
+    if os.environ.get("UPDATE_SNAPSHOTS") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(rendered)
+    assert path.exists(), f"no snapshot {path.name}: run with UPDATE_SNAPSHOTS=1 once"
+    assert rendered == path.read_text(), f"the rendered prompts of {family} changed: see the diff"

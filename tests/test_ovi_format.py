@@ -42,7 +42,9 @@ def test_mcq_row_lists_options_and_targets_letter_and_type(ovi_root: Path):
 
 
 def test_no_empty_video_span_when_interrupted_at_the_end(ovi_root: Path):
-    sample = ovi_row_to_sample(_row(question_time=10.0, interruption_time=10.0, segment=[8.0, 10.0]), ovi_root)
+    sample = ovi_row_to_sample(
+        _row(question_time=10.0, interruption_time=10.0, segment=[8.0, 10.0]), ovi_root
+    )
     assert [p.type for p in sample.turns[2].parts] == ["text"]
 
 

@@ -300,19 +300,16 @@ def test_the_answer_is_the_models_ordinary_greedy_answer(tiny, samples):
 # The evaluator under eval.ovi_protocol=simulated
 
 
-def test_a_simulated_evaluation_runs_end_to_end(tiny, ovi_root, tmp_path):
+def _simulated_config(tmp_path, ovi_root):
+    """An OVIBench of two open-ended items and a multiple-choice one, evaluated under simulation."""
     from core.config import EvalConfig
-    from core.metric_logging import NullLogger
-    from data_builders.errors import ConfigError
-    from eval.evaluator import Evaluator
 
-    model, adapter = tiny
     root = tmp_path / "ovibench"
     (root / "videos").mkdir(parents=True)
     (root / "videos" / "v.mp4").symlink_to(ovi_root / "videos" / "v.mp4")
     rows = [_row(*item) for item in ITEMS[:2]] + [_row("mcq", "Cancellation", 3.0, 5.0, fmt="mcq")]
     write_ovibench(rows, root)
-    cfg = EvalConfig(
+    return EvalConfig(
         benchmarks=["ovi"],
         ovi_root=str(root),
         ovi_protocol="simulated",
@@ -320,20 +317,35 @@ def test_a_simulated_evaluation_runs_end_to_end(tiny, ovi_root, tmp_path):
         max_new_tokens_open=6,
         bootstrap_resamples=20,
     )
-    run_dir = tmp_path / "run"
-    evaluator = Evaluator(cfg, adapter.media, adapter.cache, run_dir, NullLogger())
-    summary = evaluator.evaluate(model, adapter, "baseline", step=0)
-    lines = (run_dir / "eval" / "baseline" / "ovi.jsonl").read_text().splitlines()
+
+
+def test_a_simulated_evaluation_runs_end_to_end(tiny, ovi_root, tmp_path):
+    from core.config import EvalRunConfig, JudgeConfig, ModelConfig
+    from core.metric_logging import NullLogger
+    from core.rundir import RunDir
+    from eval.benchmarks.ovi import OVI
+    from eval.evaluation import Evaluation
+    from eval.judging import Judging
+
+    model, adapter = tiny
+    cfg = _simulated_config(tmp_path, ovi_root)
+    run_cfg = EvalRunConfig(model=ModelConfig(name_or_path="tiny"), media=adapter.media, eval=cfg)
+    evaluation = Evaluation(run_cfg, RunDir(tmp_path / "run"), NullLogger(), adapter.cache)
+    summary = evaluation.evaluate(model, adapter, "baseline", step=0)
+    lines = (tmp_path / "run" / "eval" / "baseline" / "ovi.jsonl").read_text().splitlines()
     records = {record["id"]: record for record in map(json.loads, lines)}
-    items = {sample.id: sample for sample in evaluator.benchmarks["ovi"]}
+    items = {sample.id: sample for sample in evaluation.suites["ovi"].samples}
     for item_id, cut in (("corr", 9), ("canc", 4)):
         record = records[item_id]
         direct = simulate_interruption(model, adapter, items[item_id], max_new_tokens=6)
-        assert record["protocol"] == "simulated" and record["prediction"] == record["reaction"]
-        assert (record["truncated_answer"], record["reaction"]) == (direct.truncated_answer, direct.reaction)
+        assert record["protocol"] == "simulated"
+        assert (record["truncated_answer"], record["prediction"]) == (
+            direct.truncated_answer,
+            direct.reaction,
+        )
         assert record["truncated_answer"] and record["simulation"]["cut_tokens"] == cut
     # Multiple choice is answered from its given turns, as under teacher forcing.
-    assert "truncated_answer" not in records["mcq"] and "protocol" not in records["mcq"]
+    assert "truncated_answer" not in records["mcq"] and records["mcq"]["protocol"] == "teacher_forced"
     assert summary["generation"]["ovi_protocol"] == "simulated"
     # The judge is shown the model's own truncated answer as what was said before the interruption.
     seen = []
@@ -347,23 +359,29 @@ def test_a_simulated_evaluation_runs_end_to_end(tiny, ovi_root, tmp_path):
             seen.append(record["meta"]["partial_answer"])
             return RecordJudgement()
 
-    evaluator.judge = Recorder()
-    evaluator.judge_record(records["corr"])
+    Judging(Recorder(), JudgeConfig()).judge_record(OVI, records["corr"])
     assert seen == [records["corr"]["truncated_answer"]]
-    with pytest.raises(ConfigError, match="ovi_protocol"):
-        Evaluator(
-            replace(cfg, benchmarks=[], ovi_protocol="live"),
-            adapter.media,
-            adapter.cache,
-            run_dir,
-            NullLogger(),
-        )
 
 
-def test_teacher_forced_records_are_not_reused_for_a_simulated_run(ovi_root):
-    from eval.evaluator import _is_current
+def test_teacher_forced_records_are_not_reused_for_a_simulated_run(tiny, ovi_root, tmp_path):
+    from core.rundir import RunDir
+    from data_builders.files import JsonlStore
+    from eval.evaluation import load_suites
+    from eval.generation import current_records
 
-    sample = ovi_row_to_sample(_row(*ITEMS[0]), ovi_root)
-    old = {"id": sample.id, "meta": sample.meta}  # written before the protocol existed: teacher-forced
-    assert _is_current(old, sample) and not _is_current(old, sample, "simulated")
-    assert _is_current({**old, "protocol": "simulated"}, sample, "simulated")
+    _, adapter = tiny
+    simulated = _simulated_config(tmp_path, ovi_root)
+    suites = [
+        load_suites(cfg, adapter.media, adapter.cache, RunDir(tmp_path / "run"), {})["ovi"]
+        for cfg in (replace(simulated, ovi_protocol="teacher_forced"), simulated)
+    ]
+    teacher, simulation = suites
+    assert teacher.setting != simulation.setting
+    store = JsonlStore(tmp_path / "results.jsonl")
+    store.append(
+        [{"id": s.id, "setting": teacher.setting, "item": teacher.items[s.id]} for s in teacher.samples]
+    )
+    assert (
+        current_records(store, teacher.samples, teacher.setting, teacher.items).keys() == teacher.items.keys()
+    )
+    assert current_records(store, simulation.samples, simulation.setting, simulation.items) == {}

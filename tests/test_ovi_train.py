@@ -6,12 +6,10 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pytest
+from caption_sources import make_source, ovi_build
 
-from data_builders.cli_config import OviTrainBuild
 from data_builders.errors import DataError, DataErrors, SettingError
 from data_builders.ovi_format import load_ovibench, ovi_row_to_sample
 from data_builders.ovi_train import (
@@ -23,59 +21,11 @@ from data_builders.ovi_train import (
 )
 from data_builders.sample import Sample
 from data_builders.sources.activitynet import load_activitynet_captions
-from data_builders.video_io import write_mp4
-
-DURATION = 12.0
-COLOURS = ("red", "green", "blue", "yellow")
-SHAPES = ("circle", "square", "triangle")
-MOVES = ("to the left", "to the right", "up", "down")
-
-
-def _object_captions(rng: np.random.Generator) -> dict:
-    stamps, sentences = [], []
-    for colour in rng.permutation(COLOURS)[: int(rng.integers(2, 4))]:
-        name, move = f"{colour} {rng.choice(SHAPES)}", str(rng.choice(MOVES))
-        appear, leave = float(rng.choice([0.0, 2.0, 4.0])), float(rng.choice([8.0, DURATION]))
-        stamps.append([appear, leave])
-        sentences.append(f"a {name} moves {move}")
-        if appear > 0:
-            stamps.append([appear, appear + 1.0])
-            sentences.append(f"a {name} enters the scene moving {move}")
-        if leave < DURATION:
-            stamps.append([leave - 1.0, leave])
-            sentences.append(f"the {name} leaves the scene moving {move}")
-    return {"duration": DURATION, "timestamps": stamps, "sentences": sentences}
-
-
-def _make_source(root: Path, n_videos: int, seed: int = 0, extra: dict | None = None) -> tuple[Path, Path]:
-    """Captions for ``n_videos`` object videos plus one plain-caption video, and tiny mp4s for them."""
-    rng = np.random.default_rng(seed)
-    captions = {f"v_obj{i:03d}": _object_captions(rng) for i in range(n_videos)}
-    captions["v_plain"] = {
-        "duration": 20.0,
-        "timestamps": [[0, 6.5], [5.0, 12.0], [12.0, 19.5]],
-        "sentences": [" A man is seen speaking to the camera.", "He picks up a guitar", "He plays a song."],
-    }
-    captions.update(extra or {})
-    frames = np.zeros((4, 32, 32, 3), dtype=np.uint8)
-    for key in captions:
-        if key != "v_novideo":
-            write_mp4(root / "videos" / f"{key}.mp4", frames, fps=1.0)
-    path = root / "captions.json"
-    path.write_text(json.dumps(captions))
-    return path, root / "videos"
-
-
-def ovi_build(captions: Path, videos: Path, **settings: Any) -> OviTrainBuild:
-    """An OVI-Train config for ``captions`` and ``videos``; ``out`` (unless set) beside the captions."""
-    return OviTrainBuild(
-        **{"captions": str(captions), "videos": str(videos), "out": str(captions.parent / "out"), **settings}
-    )
 
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return _make_source(tmp_path_factory.mktemp("anet"), n_videos=40)
+    return make_source(tmp_path_factory.mktemp("anet"), n_videos=40)
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +169,7 @@ def test_build_ovi_train_writes_everything(tmp_path: Path):
         "v_half": {"duration": 10.0, "timestamps": [[0, 4], [2, 11]], "sentences": ["a red star spins", "x"]}
     }
     bad["v_novideo"] = {"duration": 10.0, "timestamps": [[0, 4]], "sentences": ["a red star spins"]}
-    captions, videos = _make_source(tmp_path / "src", n_videos=6, extra=bad)
+    captions, videos = make_source(tmp_path / "src", n_videos=6, extra=bad)
     out = build_ovi_train(ovi_build(captions, videos, out=str(tmp_path / "out"), seed=0, source="synthetic"))
     samples = load_ovibench(out)
     assert samples and all(s.source == "synthetic" and s.task == "ovi" for s in samples)

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from caption_sources import make_source as _make_source
+from caption_sources import ovi_build
 from fake_openai import ChatServer, completion
-from test_ovi_train import _make_source, ovi_build
 
 from data_builders.errors import SettingError
 from data_builders.files import JsonlStore

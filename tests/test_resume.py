@@ -306,15 +306,15 @@ def test_resumed_training_finishes_the_evaluation_of_the_checkpoint_it_resumes_f
     calls = []
 
     class Recorder:
-        def evaluate(self, model, chat, model_name, step, weights):
-            calls.append((model_name, step))
+        def evaluate(self, model, chat, model_name, step, checkpoint=None):
+            calls.append((model_name, step, checkpoint))
 
-    callback = CheckpointEval(Recorder(), chat=None, base="base", run_dir=RunDir("run"))
+    callback = CheckpointEval(Recorder(), chat=None, run_dir=RunDir("run"))
     callback.on_train_begin(None, TrainerState(global_step=0), TrainerControl(), model=None)
-    assert calls == [("baseline", 0)]
+    assert calls == [("baseline", 0, None)]
     calls.clear()
     callback.on_train_begin(None, TrainerState(global_step=4), TrainerControl(), model=None)
-    assert calls == [("baseline", 0), ("checkpoint-4", 4)]
+    assert calls == [("baseline", 0, None), ("checkpoint-4", 4, Path("run/checkpoints/checkpoint-4"))]
 
 
 # ---------------------------------------------------------------------------------------------------

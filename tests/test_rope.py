@@ -77,12 +77,20 @@ def test_rows_already_following_the_rule_and_padding_are_left_alone():
 @pytest.fixture(scope="module")
 def long_video_sample(tmp_path_factory):
     """An OVIBench item whose 8 frames span 9.5 s: temporal ids run far past the video's spatial extent."""
-    from test_ovi_simulation import DURATION, FPS, _row
+    from release_rows import ovi_row
 
+    fps, duration = 8.0, 10.0
     root = tmp_path_factory.mktemp("rope")
-    frames = np.random.default_rng(0).integers(0, 255, (int(DURATION * FPS), 112, 112, 3), dtype=np.uint8)
-    write_mp4(root / "videos" / "v.mp4", frames, fps=FPS)
-    return ovi_row_to_sample(_row("late", "Correction", 9.5, 10.0), root)
+    frames = np.random.default_rng(0).integers(0, 255, (int(duration * fps), 112, 112, 3), dtype=np.uint8)
+    write_mp4(root / "videos" / "v.mp4", frames, fps=fps)
+    times = {
+        "question_time": 9.5,
+        "interruption_time": 10.0,
+        "segment": [0.0, duration],
+        "duration": duration,
+    }
+    row = ovi_row(id="late", video_path="videos/v.mp4", interruption_type="Correction", **times)
+    return ovi_row_to_sample(row, root)
 
 
 def _generation_vs_teacher_forcing(model, processor, sample) -> float:

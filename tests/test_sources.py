@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_ovi_train import ovi_build
+from caption_sources import ovi_build
 
 from data_builders.errors import DataError, DataErrors, SettingError
 from data_builders.ovi_format import check_ovi_row, load_ovibench

@@ -10,22 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-from core.config import ModelConfig, PeftConfig, PeftMethod, Tower, TrainerConfig, register_configs
+from core.config import ModelConfig, PeftConfig, PeftMethod, Tower, TrainerConfig
 from data_builders.errors import ConfigError
 from models.tiny import FAMILIES, build_tiny_checkpoint
 from models.towers import parameters_by_tower, tower_of
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 PROJECTOR_MODULES = ("merger", "multi_modal_projector", "image_newline")  # by name, in every family
-
-
-def _compose(name: str, overrides: list[str]):
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        return OmegaConf.to_object(compose(name, overrides=overrides))
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +147,7 @@ def test_a_tower_learning_rate_for_a_tower_that_does_not_train_fails(load_tiny):
 
 
 @pytest.fixture(scope="module")
-def runs(tiny_checkpoint, synthetic_build, tmp_path_factory):
+def runs(compose, tiny_checkpoint, synthetic_build, tmp_path_factory):
     """name → (config, result) of a 2-step run through ``train.recipe.run``, each run once."""
     from train.recipe import run
 
@@ -165,21 +156,19 @@ def runs(tiny_checkpoint, synthetic_build, tmp_path_factory):
 
     def get(name: str, *overrides: str):
         if name not in done:
-            cfg = _compose(
+            cfg = compose(
                 "train",
-                [
-                    "+exp=quickstart",
-                    f"model.name_or_path={tiny_checkpoint}",
-                    f"output_root={root}",
-                    f"run_name={name}",
-                    "data.build_synthetic=false",
-                    f"data.train=[{synthetic_build.v2p_sft},{synthetic_build.ovi_train}]",
-                    "eval.benchmarks=[]",
-                    "logger.wandb=false",
-                    *("trainer.max_steps=2", "trainer.save_steps=2", "trainer.batch_size=2"),
-                    "trainer.logging_steps=1",
-                    *overrides,
-                ],
+                "+exp=quickstart",
+                f"model.name_or_path={tiny_checkpoint}",
+                f"output_root={root}",
+                f"run_name={name}",
+                "data.build_synthetic=false",
+                f"data.train=[{synthetic_build.v2p_sft},{synthetic_build.ovi_train}]",
+                "eval.benchmarks=[]",
+                "logger.wandb=false",
+                *("trainer.max_steps=2", "trainer.save_steps=2", "trainer.batch_size=2"),
+                "trainer.logging_steps=1",
+                *overrides,
             )
             done[name] = cfg, run(cfg)
         return done[name]
@@ -237,7 +226,7 @@ def test_gradient_checkpointing_trains_lora_the_same(runs):
 
 
 @pytest.mark.slow
-def test_full_fine_tuning_steps_then_its_checkpoint_loads_and_evaluates(runs, synthetic_build):
+def test_full_fine_tuning_steps_then_its_checkpoint_loads_and_evaluates(runs, compose, synthetic_build):
     from eval.run import run as run_eval
     from models.loading import load_model
 
@@ -254,21 +243,15 @@ def test_full_fine_tuning_steps_then_its_checkpoint_loads_and_evaluates(runs, sy
     reloaded, _ = load_model(ModelConfig(name_or_path=str(checkpoint), family="qwen2_5_vl"))
     after = dict(result.model.named_parameters())
     assert all(torch.equal(param, after[name]) for name, param in reloaded.named_parameters())
-    eval_cfg = _compose(
+    eval_cfg = compose(  # the checkpoint alone: it loads whole, on its run's media spec
         "eval",
-        [
-            f"model.name_or_path={checkpoint}",
-            "model.tiny=false",
-            f"output_root={Path(cfg.run_dir) / 'standalone_eval'}",
-            "data.build_synthetic=false",
-            f"eval.v2p_root={synthetic_build.v2p_bench}",
-            f"eval.ovi_root={synthetic_build.ovibench}",
-            *("eval.limit=2", "eval.max_new_tokens_open=8", "logger.wandb=false"),
-            *(
-                f"media.max_pixels={cfg.media.max_pixels}",
-                f"media.image_max_pixels={cfg.media.image_max_pixels}",
-            ),
-        ],
+        f"checkpoint={checkpoint}",
+        f"output_root={Path(cfg.run_dir) / 'standalone_eval'}",
+        "data.build_synthetic=false",
+        f"eval.v2p_root={synthetic_build.v2p_bench}",
+        f"eval.ovi_root={synthetic_build.ovibench}",
+        *("eval.limit=2", "eval.max_new_tokens_open=8", "logger.wandb=false"),
+        *(f"media.max_pixels={cfg.media.max_pixels}", f"media.image_max_pixels={cfg.media.image_max_pixels}"),
     )
     summary = run_eval(eval_cfg)
     for bench, metric in (("v2p", "accuracy"), ("ovi", "ca")):
@@ -296,11 +279,11 @@ def test_qlora_is_refused_where_it_cannot_run(monkeypatch):
         check_qlora(TrainerConfig(zero=2))
 
 
-def test_a_qlora_run_fails_at_start_on_a_machine_without_cuda(monkeypatch, tmp_path):
+def test_a_qlora_run_fails_at_start_on_a_machine_without_cuda(compose, monkeypatch, tmp_path):
     from train.recipe import run
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    cfg = _compose("train", ["peft=qlora", f"output_root={tmp_path}", "logger.wandb=false"])
+    cfg = compose("train", "peft=qlora", f"output_root={tmp_path}", "logger.wandb=false")
     assert cfg.peft.method is PeftMethod.qlora and cfg.peft.r == PeftConfig().r  # lora.yaml's settings
     with pytest.raises(ConfigError, match="peft.method=qlora needs a CUDA GPU"):
         run(cfg)

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from release_rows import touch as _touch
 from release_rows import v2p_question as _question
 from release_rows import v2p_row as _row
 from release_rows import write_v2p_rows as _write
@@ -126,7 +125,9 @@ def test_unknown_input_order_is_rejected(v2p_release: Path):
 def test_write_then_load_and_row_round_trip(v2p_release: Path):
     rows = [_row(qid=f"q{i}", answer="ABCD"[i]) for i in range(4)]
     write_v2p_release(rows, v2p_release)
-    assert [p.name for p in v2p_release.iterdir() if p.is_file()] == ["dataset_info.jsonl"]  # no temp file left
+    assert [p.name for p in v2p_release.iterdir() if p.is_file()] == [
+        "dataset_info.jsonl"
+    ]  # no temp file left
     samples = load_v2p_release(v2p_release)
     assert [s.id for s in samples] == ["q0", "q1", "q2", "q3"]
     assert [s.meta["answer"] for s in samples] == list("ABCD")

@@ -19,7 +19,8 @@ register_configs()
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> None:
     from core.distributed import is_main
-    from eval.headline import headline
+    from core.rundir import RunDir
+    from eval.evaluation import Evaluation
     from train.recipe import run
 
     config: TrainConfig = OmegaConf.to_object(cfg)
@@ -29,7 +30,7 @@ def main(cfg: DictConfig) -> None:
         if not is_main():  # the other ranks of a multi-process run hold no summary
             return
         if config.eval.mode is EvalMode.inline or not config.eval.benchmarks:
-            print(headline(summary), f"\nreport: {config.run_dir}/report.md", sep="")
+            print(Evaluation.headline(summary), f"\nreport: {RunDir(config.run_dir).report_file}", sep="")
         else:
             print(f"checkpoints are evaluated by: python -m eval.watch {config.run_dir}")
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 from transformers import TrainerCallback
 
 from core.metric_logging import MetricLogger
-from core.rundir import BASELINE, RunDir, checkpoint_name
+from core.rundir import BASELINE, RunDir
 from eval.evaluation import Evaluation
-from eval.results_cache import run_weights
 from models.chat import VideoChatAdapter
 
 
@@ -25,24 +24,24 @@ class CheckpointEval(TrainerCallback):
     them, so any of them reuses what another computed.
     """
 
-    def __init__(self, evaluation: Evaluation, chat: VideoChatAdapter, base: str, run_dir: RunDir):
-        self.evaluation, self.chat, self.base, self.run_dir = evaluation, chat, base, run_dir
-
-    def _evaluate(self, model, name: str, step: int) -> None:
-        weights = run_weights(self.base, self.run_dir, name)
-        self.evaluation.evaluate(model, self.chat, name, step, weights)
+    def __init__(self, evaluation: Evaluation, chat: VideoChatAdapter, run_dir: RunDir):
+        self.evaluation, self.chat, self.run_dir = evaluation, chat, run_dir
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         # On resume the baseline is already on disk; evaluate() only fills in missing items.
-        self._evaluate(model, BASELINE, 0)
+        self.evaluation.evaluate(model, self.chat, BASELINE, 0)
         if state.global_step > 0:
             # Resumed from checkpoint-N, whose weights the model now holds. A kill during its evaluation
             # (on_save runs after the save) left it partial, and no later on_save comes back to it;
             # finish it here. A complete one costs nothing: every item is already on disk.
-            self._evaluate(model, checkpoint_name(state.global_step), state.global_step)
+            self._evaluate_checkpoint(model, state.global_step)
 
     def on_save(self, args, state, control, model=None, **kwargs):
-        self._evaluate(model, checkpoint_name(state.global_step), state.global_step)
+        self._evaluate_checkpoint(model, state.global_step)
+
+    def _evaluate_checkpoint(self, model, step: int) -> None:
+        checkpoint = self.run_dir.checkpoint(step)
+        self.evaluation.evaluate(model, self.chat, checkpoint.name, step, checkpoint)
 
 
 class LogToMetricLogger(TrainerCallback):

@@ -110,7 +110,7 @@ def run(cfg: TrainConfig) -> RunResult:
         evaluation = _inline_evaluation(cfg, run_dir, logger, cache)
         callbacks = [LogToMetricLogger(logger)]
         if evaluation:
-            callbacks.append(CheckpointEval(evaluation, chat, cfg.model.name_or_path, run_dir))
+            callbacks.append(CheckpointEval(evaluation, chat, run_dir))
         trainer = RecipeTrainer(
             model=model,
             args=args,

@@ -1,0 +1,88 @@
+"""The packages' import rules (README "Architecture"), read from every import statement of the code, the
+ones inside functions included:
+
+- data_builders is the ground floor: it imports no other package of the project;
+- core (the run config, the run directory, rank helpers, metric logging) imports data_builders only;
+- models (loading, the chat adapter, towers) imports data_builders and core;
+- eval imports data_builders, core and models, never train;
+- train reaches eval through its one public entry, eval.evaluation;
+- launch composes commands: it imports core's config schema and file helpers, never torch;
+- no module imports a private name (``_name``) from another package.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("data_builders", "core", "models", "eval", "train", "launch")
+# package -> the project packages it may import (its own is always allowed).
+MAY_IMPORT = {
+    "data_builders": set(),
+    "core": {"data_builders"},
+    "models": {"data_builders", "core"},
+    "eval": {"data_builders", "core", "models"},
+    "train": {"data_builders", "core", "models", "eval"},
+    "launch": {"data_builders", "core"},
+}
+# Where a package may reach into another only through given modules.
+ONLY_THROUGH = {("train", "eval"): {"eval.evaluation"}}
+
+
+def imports(package: str) -> list[tuple[Path, int, str, list[str]]]:
+    """``(file, line, module, names)`` of every import in the package (``from m import a, b``: names)."""
+    found = []
+    for path in sorted((REPO / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found += [(path, node.lineno, alias.name, []) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.append((path, node.lineno, node.module, [alias.name for alias in node.names]))
+    return found
+
+
+def _where(path: Path, line: int) -> str:
+    return f"{path.relative_to(REPO)}:{line}"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_package_imports_only_what_its_floor_allows(package):
+    wrong = []
+    for path, line, module, _ in imports(package):
+        target = module.split(".")[0]
+        if target in PACKAGES and target != package and target not in MAY_IMPORT[package]:
+            wrong.append(f"{_where(path, line)} imports {module}")
+        allowed = ONLY_THROUGH.get((package, target))
+        if allowed and module not in allowed:
+            wrong.append(f"{_where(path, line)} imports {module}; {package} reaches {target} only via {allowed}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_package_imports_a_private_name_of_another(package):
+    wrong = [
+        f"{_where(path, line)} imports {name} from {module}"
+        for path, line, module, names in imports(package)
+        if module.split(".")[0] in PACKAGES and module.split(".")[0] != package
+        for name in names
+        if name.startswith("_")
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_launch_never_imports_torch_or_transformers():
+    wrong = [
+        f"{_where(path, line)} imports {module}"
+        for path, line, module, _ in imports("launch")
+        if module.split(".")[0] in ("torch", "transformers", "deepspeed")
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_rules_see_every_package():
+    """A new top-level package must be given a floor here before it can be imported by the others."""
+    found = {p.parent.name for p in REPO.glob("*/__init__.py") if p.parent.name not in ("tests", "bench")}
+    assert found == set(PACKAGES)
