@@ -13,15 +13,20 @@ from eval.compare import compare, paired_rows
 
 
 def _write(directory, correct):
+    """V2P predictions, right (``A``) or wrong (``B``) as ``correct`` says, half on dimension OA (1), half
+    on OD (3); they are scored afresh when compared."""
     directory.mkdir(parents=True)
     rows = [
         {
             "id": f"q{i}",
-            "task": "v2p",
-            "prediction": "A",
-            "meta": {},
-            "scores": {"correct": float(c), "correct_tolerant": float(c)},
-            "categories": {"dimension": "OA" if i % 2 else "OD"},
+            "prediction": "A" if c else "B",
+            "meta": {
+                "answer": "A",
+                "dimension": 1 if i % 2 else 3,
+                "duration": 30.0,
+                "source": "test",
+                "question": "What is marked?\nA: a cat\nB: a dog",
+            },
         }
         for i, c in enumerate(correct)
     ]
@@ -117,4 +122,4 @@ def test_python_m_eval_compare_logs_metrics_and_paired_tables_to_wandb(tmp_path)
     (table_file,) = out.glob(f"wandb/offline-run-*/files/{logged[f'{table}/path']}")
     content = json.loads(table_file.read_text())
     assert content["columns"][:3] == ["id", "first_prediction", "second_prediction"]
-    assert content["data"][0][:3] == ["q0", "A", "A"]
+    assert content["data"][0][:3] == ["q0", "B", "A"]

@@ -241,7 +241,7 @@ def test_records_have_the_summary_shape(response_file):
     first = records[0]
     assert set(first) >= {"id", "task", "prediction", "meta", "scores", "categories"}
     assert first["task"] == "v2p" and first["prediction"] == "B"
-    assert first["scores"] == {"correct": 1.0, "correct_tolerant": 1.0}
+    assert first["scores"] == {"accuracy": 1.0, "accuracy_tolerant": 1.0}
     assert first["categories"]["dimension"] == "OA" and first["categories"]["duration"] == "short"
     # corrected labels: id 9 is SR, id 12 is CR
     assert records[3]["categories"]["dimension"] == "SR"

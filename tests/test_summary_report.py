@@ -24,8 +24,7 @@ def _v2p(rows: list[tuple[str, str, str, int, int]]) -> list[dict]:
     return [
         {
             "id": item_id,
-            "task": "v2p",
-            "scores": {"correct": float(correct), "correct_tolerant": float(tolerant)},
+            "scores": {"accuracy": float(correct), "accuracy_tolerant": float(tolerant)},
             "categories": {"dimension": dim, "duration": bucket},
         }
         for item_id, dim, bucket, correct, tolerant in rows
@@ -34,7 +33,7 @@ def _v2p(rows: list[tuple[str, str, str, int, int]]) -> list[dict]:
 
 def _ovi(rows: list[tuple[str, str, dict]]) -> list[dict]:
     records = [
-        {"id": item_id, "task": "ovi", "scores": scores, "categories": {"type": kind}}
+        {"id": item_id, "scores": scores, "categories": {"type": kind}}
         for item_id, kind, scores in rows
     ]
     for record in records:

@@ -9,6 +9,7 @@ logging, and evaluation through ``eval.evaluation``, the one entry training has 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -31,13 +32,14 @@ from train.optim import check_learning_rates, tower_learning_rates
 from train.trainer import RecipeTrainer
 
 
-def training_arguments(cfg: TrainerConfig, run_dir: RunDir, deepspeed: dict | None = None):
-    """The HF Trainer's arguments; ``deepspeed``: the config from ``train.deepspeed.deepspeed_config``."""
+def training_arguments(cfg: TrainerConfig, checkpoints_dir: Path, deepspeed: dict | None = None):
+    """The HF Trainer's arguments, saving under ``checkpoints_dir`` (``RunDir.checkpoints_dir``);
+    ``deepspeed``: the config from ``train.deepspeed.deepspeed_config``."""
     from transformers import TrainingArguments
 
     bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     return TrainingArguments(
-        output_dir=str(run_dir.checkpoints_dir),
+        output_dir=str(checkpoints_dir),
         max_steps=cfg.max_steps,
         per_device_train_batch_size=cfg.batch_size,
         gradient_accumulation_steps=cfg.grad_accum,
@@ -92,7 +94,7 @@ def run(cfg: TrainConfig) -> RunResult:
         # Before the model: under ZeRO-3 the arguments register the DeepSpeed config with transformers (a
         # weak reference, alive as long as `args` is), so from_pretrained loads each rank's partition only
         # (deepspeed.zero.Init) instead of the whole model on every rank first.
-        args = training_arguments(cfg.trainer, run_dir, ds_config)
+        args = training_arguments(cfg.trainer, run_dir.checkpoints_dir, ds_config)
         distributed.share_cpu_process_group(args)
         model, processor = load_base(cfg.model, quantized=cfg.peft.method is PeftMethod.qlora)
         partitioned_at_load = is_partitioned(model)

@@ -53,7 +53,7 @@ def judged_metrics(meta: Meta) -> list[str]:
 
 
 def simulated(meta: Meta, cfg: EvalConfig) -> bool:
-    return is_open(meta) and cfg.ovi_protocol is OviProtocol.simulated
+    return is_open(meta) and cfg.ovi_protocol == OviProtocol.simulated
 
 
 def settings(cfg: EvalConfig) -> dict[str, Any]:
@@ -63,7 +63,7 @@ def settings(cfg: EvalConfig) -> dict[str, Any]:
         "max_new_tokens_open": cfg.max_new_tokens_open,
         "ovi_protocol": str(cfg.ovi_protocol),
     }
-    if cfg.ovi_protocol is OviProtocol.simulated:
+    if cfg.ovi_protocol == OviProtocol.simulated:
         recorded.update(ovi_cut="interruption_time", ovi_tokens_per_second=DEFAULT_TOKENS_PER_SECOND)
     return recorded
 
