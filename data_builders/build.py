@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from data_builders.errors import SettingError
 from data_builders.files import write_json_atomic
-from data_builders.visual_prompts import PromptShape
+from data_builders.visual_prompts import DEFAULT_SHAPES, PromptShape
 
 if TYPE_CHECKING:
     from data_builders.cli_config import OviTrainBuild, VpSftBuild
@@ -40,15 +40,7 @@ class SyntheticDataConfig:
     train_videos: int = 240  # videos of the training world (V2P SFT, OVI-Train)
     eval_videos: int = 24  # videos of the evaluation world (the V2P-Bench and OVIBench twins)
     vp_questions_per_video: int = 6  # visual-prompt questions wanted per video
-    # visual-prompt shapes drawn from
-    shapes: list[PromptShape] = field(
-        default_factory=lambda: [
-            PromptShape.rectangle,
-            PromptShape.ellipse,
-            PromptShape.arrow,
-            PromptShape.point,
-        ]
-    )
+    shapes: list[PromptShape] = field(default_factory=lambda: list(DEFAULT_SHAPES))  # drawn from
     ovi_mix: list[int] = field(default_factory=lambda: [1, 2, 1])  # Cancellation : Correction : False Trigger
 
 

@@ -21,7 +21,7 @@ from data_builders.build import SyntheticDataConfig
 from data_builders.choice import Choice
 from data_builders.qc import QcConfig
 from data_builders.questions import QuestionConfig
-from data_builders.visual_prompts import PromptShape
+from data_builders.visual_prompts import DEFAULT_SHAPES, PromptShape
 
 
 class SourceFormat(Choice):
@@ -94,15 +94,7 @@ class VpSftBuild:
     out: str = MISSING  # output directory: v2p/ (release format), hf/, stats.md, build_info.json
     seed: int = 0  # every random choice of the build
     questions_per_video: int = 4  # wanted; fewer where a track supports fewer
-    # prompt shapes drawn from
-    shapes: list[PromptShape] = field(
-        default_factory=lambda: [
-            PromptShape.rectangle,
-            PromptShape.ellipse,
-            PromptShape.arrow,
-            PromptShape.point,
-        ]
-    )
+    shapes: list[PromptShape] = field(default_factory=lambda: list(DEFAULT_SHAPES))  # drawn from
     # question kinds drawn from, each only where the track supports it
     kinds: list[QuestionKind] = field(default_factory=lambda: list(QuestionKind))
     # prompt stroke colours: keys of visual_prompts.PROMPT_COLOURS

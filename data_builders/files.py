@@ -1,8 +1,10 @@
-"""File helpers every builder shares: atomic writes, JSON/JSONL reading, linking media, count tables.
+"""File helpers every package shares: atomic writes, the append-only JSONL store, JSON/JSONL reading,
+linking media, count tables.
 
-Every file a builder writes goes through :func:`atomic_path`: it is written under a temporary name
-beside its destination and renamed into place, so a reader (or a build resumed after a crash) never
-sees half a file. Directories (the HF datasets training reads) go through :func:`atomic_dir` alike.
+Every file the project writes whole goes through :func:`atomic_path`: it is written under a temporary name
+beside its destination, with the usual permissions, and renamed into place, so a reader (or a run resumed
+after a crash) never sees half a file. Directories (HF datasets, checkpoints) go through
+:func:`atomic_dir` alike. Files that grow line by line go through :class:`JsonlStore`.
 """
 
 from __future__ import annotations

@@ -38,6 +38,8 @@ class PromptShape(Choice):
 
 
 SHAPES = tuple(shape.value for shape in PromptShape)
+# The shapes a build draws unless told otherwise.
+DEFAULT_SHAPES = (PromptShape.rectangle, PromptShape.ellipse, PromptShape.arrow, PromptShape.point)
 
 PROMPT_NOUNS: dict[str, str] = {
     "rectangle": "the box",

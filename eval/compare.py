@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from core.metric_logging import MetricLogger, NullLogger, make_logger
+from core.rundir import RunDir
 from data_builders.cli import run_cli
 from data_builders.errors import DataError
 from data_builders.files import JsonlStore
@@ -59,10 +60,11 @@ def scored(results: dict[str, list[dict]]) -> dict[str, list[dict]]:
 
 
 def model_label(directory: Path) -> str:
-    """A results directory's name in reports: ``<run>/<model>`` for ``<run_dir>/eval/<model>``."""
+    """A results directory's name in reports: ``<run>/<model>`` for a run directory's model results."""
     directory = directory.resolve()
-    if directory.parent.name == "eval":
-        return f"{directory.parent.parent.name}/{directory.name}"
+    run_dir = RunDir(directory.parents[1]) if len(directory.parents) > 1 else None
+    if run_dir and run_dir.eval_dir == directory.parent:
+        return f"{run_dir.path.name}/{directory.name}"
     return directory.name
 
 
@@ -87,7 +89,7 @@ def compare(
         {"compared": {"first": str(first), "second": str(second)}, "reference": labels[0]},
         n_resamples=n_resamples,
     )
-    write_report(summary, out)
+    write_report(summary, RunDir(out))
     tables = [{b: _with_scores(records, rows[i][b]) for b, records in results[i].items()} for i in (0, 1)]
     log_comparison(logger or NullLogger(), summary, labels, tables)
     return summary

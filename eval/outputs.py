@@ -34,7 +34,7 @@ def write_summary(
     for name, entry in summary["benchmarks"].items():
         if name in BENCHMARKS:
             entry["version"] = BENCHMARKS[name].version
-    write_report(summary, run_dir.path)
+    write_report(summary, run_dir)
     return summary
 
 

@@ -11,10 +11,10 @@ installed.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from core.rundir import RunDir
 from data_builders.files import write_text_atomic
 from eval.benchmarks import BENCHMARKS
 from eval.benchmarks.diagnostics import DESCRIPTIONS
@@ -43,20 +43,18 @@ def render_report(summary: dict[str, Any], figures: dict[str, str] | None = None
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_report(summary: dict[str, Any], run_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
+def write_report(summary: dict[str, Any], run_dir: RunDir) -> tuple[Path, Path]:
     """Write ``summary.json``, the OVIBench radar plot (when there is one to draw) and ``report.md`` into
     ``run_dir``, each atomically.
 
     Returns:
         ``(summary_path, report_path)``.
     """
-    directory = Path(run_dir)
-    summary_path, report_path = directory / "summary.json", directory / "report.md"
-    write_text_atomic(summary_path, json.dumps(summary, indent=2) + "\n")
-    radar = write_radar(summary, directory)
+    write_text_atomic(run_dir.summary_file, json.dumps(summary, indent=2) + "\n")
+    radar = write_radar(summary, run_dir.path)
     figures = {"ovi": radar.name} if radar else None
-    write_text_atomic(report_path, render_report(summary, figures))
-    return summary_path, report_path
+    write_text_atomic(run_dir.report_file, render_report(summary, figures))
+    return run_dir.summary_file, run_dir.report_file
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -172,3 +172,17 @@ def test_a_synthetic_build_with_other_settings_is_never_deleted_silently(tmp_pat
             SyntheticDataConfig(root=str(root), train_videos=3, eval_videos=2, vp_questions_per_video=1)
         )
     assert (root / "build.json").read_text() == before
+
+
+def test_a_jsonl_line_cut_by_a_kill_is_skipped_and_ended_before_the_next_append(tmp_path):
+    from data_builders.files import JsonlStore
+
+    store = JsonlStore(tmp_path / "store.jsonl")
+    store.append([{"id": "a", "v": 1}, {"id": "b", "v": 2}])
+    whole = store.path.read_bytes()
+    store.path.write_bytes(whole[:-7])  # the kill cut line 2
+    assert store.read() == {"a": {"id": "a", "v": 1}} and store.dropped == 1
+    store.append([{"id": "c", "v": 3}])
+    assert JsonlStore(store.path).read() == {"a": {"id": "a", "v": 1}, "c": {"id": "c", "v": 3}}
+    store.append([{"id": "a", "v": 4}])  # a record made again: the last line per key wins
+    assert JsonlStore(store.path).read()["a"] == {"id": "a", "v": 4}

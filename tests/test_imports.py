@@ -57,7 +57,9 @@ def test_each_package_imports_only_what_its_floor_allows(package):
             wrong.append(f"{_where(path, line)} imports {module}")
         allowed = ONLY_THROUGH.get((package, target))
         if allowed and module not in allowed:
-            wrong.append(f"{_where(path, line)} imports {module}; {package} reaches {target} only via {allowed}")
+            wrong.append(
+                f"{_where(path, line)} imports {module}; {package} reaches {target} only via {allowed}"
+            )
     assert not wrong, "\n".join(wrong)
 
 

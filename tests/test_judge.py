@@ -51,15 +51,12 @@ def _scripted(server: ChatServer, handler, body: dict) -> tuple[int, bytes]:
 
 
 @pytest.fixture
-def server(monkeypatch):
-    """A local server on a free port; it is shut down when the test ends (its threads are daemons)."""
-    for name in ("NO_PROXY", "no_proxy"):
-        monkeypatch.setenv(name, "127.0.0.1,localhost")
+def server(chat_server, monkeypatch):
+    """A local server on a free port, scripted by the test; it is shut down when the test ends."""
     monkeypatch.setenv(KEY_ENV, KEY)
-    httpd = ChatServer(lambda handler, body: _scripted(httpd, handler, body))
+    httpd = chat_server(lambda handler, body: _scripted(httpd, handler, body))
     httpd.script, httpd.requests = deque(), []
-    yield httpd
-    httpd.stop()
+    return httpd
 
 
 def _backend(server, model: str = "judge-model", sleep=time.sleep, **overrides) -> EndpointTextModel:

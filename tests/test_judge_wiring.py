@@ -334,3 +334,23 @@ def test_training_with_a_judge_ends_with_judged_ovi_metrics(
     assert tfs["n"] > 0 and tfs["baseline"] == 8.0 and tfs["checkpoints"]["checkpoint-3"]["value"] == 8.0
     written = json.loads((Path(cfg.run_dir) / "summary.json").read_text())
     assert written["benchmarks"]["ovi"]["metrics"]["iac"]["baseline"] == 1.0
+
+
+def test_summary_report_and_plot_are_readable_by_group_and_others(judged_summary, tmp_path):
+    """Written whole (a temporary file renamed into place) but with the usual permissions: a team's
+    dashboards and a watcher running as another user read them."""
+    import os
+    import stat
+
+    from core.rundir import RunDir
+    from eval.report import write_report
+
+    pytest.importorskip("matplotlib")
+    previous = os.umask(0o022)
+    try:
+        write_report(judged_summary, RunDir(tmp_path))
+    finally:
+        os.umask(previous)
+    for name in ("summary.json", "report.md", RADAR_FILE):
+        mode = stat.S_IMODE((tmp_path / name).stat().st_mode)
+        assert mode & 0o044 == 0o044, f"{name} is {oct(mode)}"

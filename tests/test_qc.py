@@ -6,12 +6,12 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_openai import ChatServer, completion
+from fake_openai import completion
 
 from data_builders.errors import SettingError
 from data_builders.qc import (
@@ -199,12 +199,11 @@ def test_qc_names_its_blind_filter_key():
 
 
 @pytest.fixture()
-def server() -> Iterator[Callable[..., str]]:
-    """Start a chat/completions server on 127.0.0.1; ``start(reply, fail_first=0, status=503)`` -> base URL.
+def server(chat_server) -> Callable[..., str]:
+    """``start(reply, fail_first=0, status=503)`` -> the base URL of a chat/completions server on 127.0.0.1.
 
     ``reply(prompt)`` gives the answer text; the first ``fail_first`` requests get HTTP ``status``.
     """
-    servers = []
 
     def start(reply: Callable[[str], str], fail_first: int = 0, status: int = 503) -> str:
         state = {"requests": 0}
@@ -215,12 +214,9 @@ def server() -> Iterator[Callable[..., str]]:
                 return status, b""
             return 200, completion(reply(body["messages"][-1]["content"]))
 
-        servers.append(ChatServer(respond))
-        return servers[-1].url
+        return chat_server(respond).url
 
-    yield start
-    for httpd in servers:
-        httpd.stop()
+    return start
 
 
 def test_endpoint_backend_retries_then_filters(server):

@@ -33,8 +33,7 @@ def _v2p(rows: list[tuple[str, str, str, int, int]]) -> list[dict]:
 
 def _ovi(rows: list[tuple[str, str, dict]]) -> list[dict]:
     records = [
-        {"id": item_id, "scores": scores, "categories": {"type": kind}}
-        for item_id, kind, scores in rows
+        {"id": item_id, "scores": scores, "categories": {"type": kind}} for item_id, kind, scores in rows
     ]
     for record in records:
         if not record["scores"]:  # an open-ended Correction item without a judge: its 6 metrics unjudged
@@ -189,8 +188,10 @@ def test_report_status_lines(summary: dict) -> None:
 
 
 def test_write_report_is_atomic_and_round_trips(summary: dict, tmp_path) -> None:
+    from core.rundir import RunDir
+
     run_dir = tmp_path / "run"
-    summary_path, report_path = write_report(summary, run_dir)
+    summary_path, report_path = write_report(summary, RunDir(run_dir))
     assert summary_path == run_dir / "summary.json" and report_path == run_dir / "report.md"
     assert json.loads(summary_path.read_text()) == summary
     assert report_path.read_text() == render_report(summary)
