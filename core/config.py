@@ -14,8 +14,8 @@ from enum import Enum
 
 from hydra.core.config_store import ConfigStore
 
-from data_builders.build import SyntheticDataConfig
 from data_builders.choice import Choice
+from data_builders.cli_config import SyntheticDataConfig
 from data_builders.media import MediaSpec
 from data_builders.text_models import EndpointConfig, TextModelConfig
 

@@ -27,9 +27,14 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from data_builders.build import SyntheticDataConfig
 from data_builders.cli import fail, run_cli
-from data_builders.cli_config import ExportBuild, OviTrainBuild, VpSftBuild, register_configs
+from data_builders.cli_config import (
+    ExportBuild,
+    OviTrainBuild,
+    SyntheticDataConfig,
+    VpSftBuild,
+    register_configs,
+)
 
 register_configs()
 

@@ -15,33 +15,16 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from data_builders.cli_config import OviTrainBuild, SyntheticDataConfig, VpSftBuild
 from data_builders.errors import SettingError
 from data_builders.files import write_json_atomic
-from data_builders.visual_prompts import DEFAULT_SHAPES, PromptShape
-
-if TYPE_CHECKING:
-    from data_builders.cli_config import OviTrainBuild, VpSftBuild
 
 # Part of the build hash: bump it when the builders' output changes for the same config, so
 # existing builds are redone rather than reused. 2: OVI rows from the synthetic world say so.
 BUILDER_VERSION = 3
-
-
-@dataclass
-class SyntheticDataConfig:
-    """The synthetic world and its derived datasets (used by the quickstart and the tests)."""
-
-    root: str = "${output_root}/data/synthetic"  # outputs/data/synthetic by default, for the quickstart too
-    seed: int = 0  # the training world's seed; the evaluation world's is seed + 1
-    train_videos: int = 240  # videos of the training world (V2P SFT, OVI-Train)
-    eval_videos: int = 24  # videos of the evaluation world (the V2P-Bench and OVIBench twins)
-    vp_questions_per_video: int = 6  # visual-prompt questions wanted per video
-    shapes: list[PromptShape] = field(default_factory=lambda: list(DEFAULT_SHAPES))  # drawn from
-    ovi_mix: list[int] = field(default_factory=lambda: [1, 2, 1])  # Cancellation : Correction : False Trigger
 
 
 @dataclass
@@ -122,8 +105,6 @@ def _build_synthetic(cfg: SyntheticDataConfig) -> SyntheticPaths:
 
 
 def _vp_sft_build(cfg: SyntheticDataConfig, world: Path, out: Path, *, seed: int) -> VpSftBuild:
-    from data_builders.cli_config import VpSftBuild  # imported here: cli_config imports this module
-
     return VpSftBuild(
         world=str(world),
         out=str(out),
@@ -134,8 +115,6 @@ def _vp_sft_build(cfg: SyntheticDataConfig, world: Path, out: Path, *, seed: int
 
 
 def _ovi_train_build(cfg: SyntheticDataConfig, world: Path, out: Path, *, seed: int) -> OviTrainBuild:
-    from data_builders.cli_config import OviTrainBuild
-
     return OviTrainBuild(
         captions=str(world / "activitynet_captions.json"),
         videos=str(world / "videos"),

@@ -17,7 +17,6 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from data_builders.build import SyntheticDataConfig
 from data_builders.choice import Choice
 from data_builders.qc import QcConfig
 from data_builders.questions import QuestionConfig
@@ -64,6 +63,19 @@ class ExportFormat(Choice):
 
     llamafactory = "llamafactory"  # <name>.json and its dataset_info.json entry (sharegpt formatting)
     swift = "swift"  # ms-swift: <name>.jsonl of {messages, videos, images}
+
+
+@dataclass
+class SyntheticDataConfig:
+    """The synthetic world and its derived datasets (used by the quickstart and the tests)."""
+
+    root: str = "${output_root}/data/synthetic"  # outputs/data/synthetic by default, for the quickstart too
+    seed: int = 0  # the training world's seed; the evaluation world's is seed + 1
+    train_videos: int = 240  # videos of the training world (V2P SFT, OVI-Train)
+    eval_videos: int = 24  # videos of the evaluation world (the V2P-Bench and OVIBench twins)
+    vp_questions_per_video: int = 6  # visual-prompt questions wanted per video
+    shapes: list[PromptShape] = field(default_factory=lambda: list(DEFAULT_SHAPES))  # drawn from
+    ovi_mix: list[int] = field(default_factory=lambda: [1, 2, 1])  # Cancellation : Correction : False Trigger
 
 
 @dataclass

@@ -88,7 +88,8 @@ def tiny_checkpoint(tmp_path_factory):
 @pytest.fixture(scope="session")
 def synthetic_build(tmp_path_factory):
     """A small synthetic build: worlds, V2P SFT, OVI-Train and both benchmark twins."""
-    from data_builders.build import SyntheticDataConfig, build_synthetic
+    from data_builders.build import build_synthetic
+    from data_builders.cli_config import SyntheticDataConfig
 
     cfg = SyntheticDataConfig(
         root=str(tmp_path_factory.mktemp("data") / "synthetic"),

@@ -159,7 +159,8 @@ def test_run_cli_prints_user_errors_as_one_line(capsys):
 
 
 def test_a_synthetic_build_with_other_settings_is_never_deleted_silently(tmp_path):
-    from data_builders.build import SyntheticDataConfig, build_synthetic
+    from data_builders.build import build_synthetic
+    from data_builders.cli_config import SyntheticDataConfig
     from data_builders.errors import SettingError
 
     root = tmp_path / "synthetic"

@@ -17,13 +17,13 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from data_builders.build import SyntheticDataConfig
 from data_builders.choice import Choice
 from data_builders.cli_config import (
     BUILDER_SCHEMAS,
     ItemForm,
     OviTrainBuild,
     SourceFormat,
+    SyntheticDataConfig,
     TrackFormat,
     VpSftBuild,
     register_configs,
