@@ -154,7 +154,7 @@ class EvalConfig:
     batch_size: int = 16
     max_new_tokens: int = 16  # multiple-choice answers ("B (Correction)") and V2P letters
     max_new_tokens_open: int = 128  # open-ended OVIBench reactions (batched apart, so MCQ batches stay short)
-    ovi_protocol: OviProtocol = OviProtocol.teacher_forced
+    ovi_protocol: OviProtocol = OviProtocol.simulated  # the paper's; teacher_forced is a cheaper proxy
     bootstrap_resamples: int = 2000
     mode: EvalMode = EvalMode.inline  # who evaluates a training's baseline and checkpoints, and when
     # Results shared across runs and paths, by weights and settings fingerprint (eval/results_cache.py);

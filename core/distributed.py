@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 
@@ -36,6 +37,25 @@ def barrier() -> None:
     """Wait for every rank (nothing to wait for without a process group)."""
     if _initialized() and dist.get_world_size() > 1:
         dist.barrier()
+
+
+def all_true(flag: bool) -> bool:
+    """Whether ``flag`` holds on every rank (each rank passes its own; a collective, so all must call)."""
+    if not _initialized() or dist.get_world_size() == 1:
+        return flag
+    on_gpu = dist.get_backend() == "nccl"  # NCCL reduces CUDA tensors only
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+    value = torch.tensor([int(flag)], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MIN)
+    return bool(value.item())
+
+
+def zero3_enabled() -> bool:
+    """Whether DeepSpeed ZeRO-3 partitions the weights (every forward pass then gathers them from all ranks,
+    so all ranks must run the same modules in the same order)."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    return is_deepspeed_zero3_enabled()
 
 
 def broadcast(value: Any) -> Any:

@@ -105,8 +105,13 @@ def parse_ovi_mcq(prediction: str) -> tuple[str | None, str | None]:
         "Correction"; case-insensitive, "false-trigger"/"false_trigger" accepted). Either may be None.
     """
     text = strip_thinking(prediction)
-    type_match = _TYPE_PATTERN.search(text)
-    return tolerant_letter(text), _canonical_type(type_match.group(1)) if type_match else None
+    return tolerant_letter(text), interruption_type_named(text)
+
+
+def interruption_type_named(text: str) -> str | None:
+    """The first interruption type named in ``text``, in canonical spelling, or None."""
+    match = _TYPE_PATTERN.search(text)
+    return _canonical_type(match.group(1)) if match else None
 
 
 def _canonical_type(name: str) -> str:

@@ -25,7 +25,7 @@ from core.rundir import RunDir
 from data_builders.cli import run_cli
 from data_builders.errors import DataError
 from data_builders.files import JsonlStore
-from eval.benchmarks import BENCHMARKS
+from eval.benchmarks import BENCHMARKS, WEIGHTING
 from eval.report import write_report
 from eval.scored import ANY_JUDGE, scored_records
 from eval.summary import build_summary
@@ -88,6 +88,7 @@ def compare(
         [(labels[1], 0, rows[1])],
         {"compared": {"first": str(first), "second": str(second)}, "reference": labels[0]},
         n_resamples=n_resamples,
+        weighting=WEIGHTING,
     )
     write_report(summary, RunDir(out))
     tables = [{b: _with_scores(records, rows[i][b]) for b, records in results[i].items()} for i in (0, 1)]

@@ -167,7 +167,17 @@ class Evaluation:
             # Text- vs visual-prompt accuracy is labelled "baseline" for the first model, as in the tables.
             labelled = {("baseline" if i == 0 else name): scored[name] for i, (name, _) in enumerate(models)}
             extra["diagnostics"] = summary_entry(derived, labelled, self.cfg.media)
-        return write_summary(self.run_dir, models, scored, extra, self.cfg.eval.bootstrap_resamples)
+        described = {
+            name: {
+                "version": suite.bench.version,
+                "settings": suite.bench.settings(self.cfg.eval),
+                **suite.bench.notes(self.cfg.eval),
+            }
+            for name, suite in self.suites.items()
+        }
+        return write_summary(
+            self.run_dir, models, scored, extra, self.cfg.eval.bootstrap_resamples, described
+        )
 
     @staticmethod
     def headline(summary: dict) -> str:

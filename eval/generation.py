@@ -116,14 +116,15 @@ class Generation:
     def _stamped(self, record: dict) -> dict:
         return {**record, "setting": self.setting, "item": self.items[record["id"]]}
 
-    def _groups(self, samples: list[Sample]) -> list[tuple[tuple[OviProtocol, int], list[Sample]]]:
-        """Samples grouped by protocol and generation length, so short answers never wait for long ones
-        to finish and simulated items never share a batch."""
-        groups: dict[tuple[OviProtocol, int], list[Sample]] = {}
+    def _groups(self, samples: list[Sample]) -> list[tuple[tuple, list[Sample]]]:
+        """Samples grouped by protocol, generation length and the media of each user turn: short answers
+        never wait for long ones, simulated items never share a batch, and under several ranks every rank
+        runs the vision tower at the same steps (ZeRO-3 gathers its weights from all of them)."""
+        groups: dict[tuple, list[Sample]] = {}
         for sample in samples:
             meta = sample.meta
-            key = (self.bench.protocol(meta, self.cfg), self.bench.max_new_tokens(meta, self.cfg))
-            groups.setdefault(key, []).append(sample)
+            protocol, length = self.bench.protocol(meta, self.cfg), self.bench.max_new_tokens(meta, self.cfg)
+            groups.setdefault((protocol, length, _media_per_turn(sample)), []).append(sample)
         return list(groups.items())
 
     def _shard_batches(self, samples: list[Sample]) -> Iterator[tuple[tuple, list[Sample], list[bool]]]:
@@ -143,7 +144,7 @@ class Generation:
                 yield key, mine[start : start + size], real[start : start + size]
 
     def _predict(self, model, chat: VideoChatAdapter, chunk: list[Sample], group: tuple) -> list[dict]:
-        protocol, length = group
+        protocol, length, _ = group
         if protocol == OviProtocol.simulated:
             return [self._simulated(model, chat, sample, length) for sample in chunk]
         predictions = generate(model, chat, chunk, length)
@@ -153,10 +154,20 @@ class Generation:
     def _simulated(model, chat: VideoChatAdapter, sample: Sample, length: int) -> dict[str, Any]:
         """The model answers in its own words, is cut at the interruption and reacts: the reaction is the
         prediction, the cut answer is kept for the judge."""
-        result = simulate_interruption(model, chat, sample, max_new_tokens=length)
+        synced = distributed.world_size() > 1 and distributed.zero3_enabled()
+        result = simulate_interruption(model, chat, sample, max_new_tokens=length, synced=synced)
         record = _record(sample, result.reaction, OviProtocol.simulated)
         record.update(truncated_answer=result.truncated_answer, simulation=result.stats())
         return record
+
+
+def _media_per_turn(sample: Sample) -> tuple[tuple[str, ...], ...]:
+    """The kinds of media each user turn holds, e.g. ``(("video",), ())``."""
+    return tuple(
+        tuple(sorted({part.type for part in turn.parts} - {"text"}))
+        for turn in sample.turns
+        if turn.role == "user"
+    )
 
 
 def _record(sample: Sample, prediction: str, protocol: OviProtocol) -> dict[str, Any]:

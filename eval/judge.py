@@ -25,7 +25,7 @@ from typing import Any
 
 from data_builders.files import JsonlStore
 from data_builders.text_models import TextModel, TextModelError
-from eval.answers import strip_thinking
+from eval.answers import interruption_type_named, strip_thinking
 from eval.rubrics import (
     BINARY,
     METRICS,
@@ -73,6 +73,26 @@ def parse_judgement(text: str, scale: Scale) -> tuple[float | None, str]:
         return None, "unparseable"
     clamped = _clamp(value, scale)
     return clamped, ("clamped" if clamped != value else status)
+
+
+def parse_class(text: str) -> tuple[str | None, str]:
+    """The interruption type a classification reply names, and how it was found.
+
+    The ``class`` of the first JSON object that has one wins ("ok"); otherwise the first type named anywhere
+    ("fallback_class"); otherwise none ("unparseable"). ``<think>`` blocks are dropped first.
+    """
+    body = strip_thinking(text or "")
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"\{", body):
+        try:
+            obj, _ = decoder.raw_decode(body, match.start())
+        except json.JSONDecodeError:
+            continue
+        named = obj.get("class") if isinstance(obj, dict) else None
+        if isinstance(named, str) and interruption_type_named(named):
+            return interruption_type_named(named), "ok"
+    named = interruption_type_named(body)
+    return (named, "fallback_class") if named else (None, "unparseable")
 
 
 def _json_score(text: str) -> float | None:
@@ -182,25 +202,42 @@ class Judge:
 
         Returns:
             ``{"metric", "score": float | None, "status", "raw", "judge", "rubric_version"}``; status is
-            a ``parse_judgement`` status or "unjudged" (then score is None and "error" says why).
+            a ``parse_judgement`` (or ``parse_class``) status or "unjudged" (then score is None and "error"
+            says why). A classification metric's judgement also holds the ``class`` named; its score is 1
+            when that is the item's interruption type.
         """
         spec = get_metric(metric)
         prompt = judge_prompt(spec.name, item)
         key = cache_key(self.identity, spec.name, prompt)
-        cached = self._cache.get(key)
-        if cached is not None:
+        judgement = self._cache.get(key)
+        if judgement is not None:
             self.n_cached += 1
-            return cached
+        else:
+            judgement = self._ask(spec, prompt)
+            if judgement["status"] == UNJUDGED:
+                return judgement
+            self._cache.put(key, judgement)
+        if spec.classes:  # the prompt does not hold the item's type: the score is not cached with it
+            named = judgement.get("class")
+            judgement = {
+                **judgement,
+                "score": None if named is None else float(named == item["interruption_type"]),
+            }
+        return judgement
+
+    def _ask(self, spec, prompt: str) -> dict[str, Any]:
+        """A fresh judgement of ``prompt`` (unjudged when no reply can be had)."""
         base = {"metric": spec.name, "judge": self.identity, "rubric_version": RUBRIC_VERSION}
         self.n_calls += 1
         try:
             raw = self.model.answer(prompt, seed=JUDGE_SEED)
         except TextModelError as err:
             return {**base, "score": None, "status": UNJUDGED, "raw": "", "error": str(err)}
+        if spec.classes:
+            named, status = parse_class(raw)
+            return {**base, "class": named, "status": status, "raw": raw}
         score, status = parse_judgement(raw, spec.scale)
-        judgement = {**base, "score": score, "status": status, "raw": raw}
-        self._cache.put(key, judgement)
-        return judgement
+        return {**base, "score": score, "status": status, "raw": raw}
 
     def judge_record(self, record: dict[str, Any], metrics: Iterable[str] | None = None) -> RecordJudgement:
         """Judge one per-sample OVI result record ``{"id", "task", "prediction", "meta": {...}}``.

@@ -58,6 +58,9 @@ def judge_summary(judge: Judge | None, metrics: list[str] | None = None) -> str 
         "rubric_version": RUBRIC_VERSION,
         "applies_to": {name: list(APPLIES_TO[name]) for name in names},
         "scales": {name: list(METRICS[name].scale) for name in names},
+        "reconstructed": {
+            name: METRICS[name].source for name in names if "reconstructed" in METRICS[name].source
+        },
         "unjudged": "metrics the judge could not score are counted in n_unjudged, never averaged in",
     }
 
@@ -90,7 +93,7 @@ class Judging:
         """A copy of ``record`` with this judge's judgements of its metrics (earlier ones replaced)."""
         meta = record["meta"]
         if "truncated_answer" in record:  # simulated: the answer cut by the interruption is the model's own
-            meta = {**meta, "partial_answer": record["truncated_answer"]}
+            meta = {**meta, "partial_answer": record["truncated_answer"], "own_answer": True}
         result = self.judge.judge_record({**record, "meta": meta}, self.metrics(bench, record))
         return {**record, "judgements": result.judgements}
 

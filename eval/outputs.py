@@ -7,7 +7,7 @@ from typing import Any
 
 from core.metric_logging import MetricLogger
 from core.rundir import RunDir
-from eval.benchmarks import BENCHMARKS
+from eval.benchmarks import WEIGHTING
 from eval.report import write_report
 from eval.summary import build_summary
 
@@ -20,6 +20,7 @@ def write_summary(
     scored: dict[str, Scored],
     extra: dict[str, Any],
     n_resamples: int,
+    described: dict[str, dict[str, Any]],
 ) -> dict:
     """Build the summary (every model against the first, the baseline), write it with the report.
 
@@ -27,13 +28,14 @@ def write_summary(
         models: ``(name, step)`` of every model evaluated, the baseline first.
         scored: model name -> its scored records per benchmark.
         extra: the summary's other top-level entries (settings, quarantine, judge, diagnostics).
+        described: benchmark -> what its entry says of how its numbers were made (version, settings,
+            notes such as the protocol).
     """
     (base, _), *rest = models
     checkpoints = [(name, step, scored[name]) for name, step in rest]
-    summary = build_summary(scored[base], checkpoints, extra, n_resamples=n_resamples)
+    summary = build_summary(scored[base], checkpoints, extra, n_resamples=n_resamples, weighting=WEIGHTING)
     for name, entry in summary["benchmarks"].items():
-        if name in BENCHMARKS:
-            entry["version"] = BENCHMARKS[name].version
+        entry.update(described.get(name, {}))
     write_report(summary, run_dir)
     return summary
 
@@ -48,12 +50,13 @@ def log_model(
     """
     values = {}
     for bench, table in summary["benchmarks"].items():
-        values[f"{bench}/n_unjudged"] = table["n_unjudged"]
+        logged = table.get("logged_as", bench)  # a protocol that is not the paper's is logged apart
+        values[f"{logged}/n_unjudged"] = table["n_unjudged"]
         for metric, entry in table["metrics"].items():
             point = entry["checkpoints"].get(name)
-            values[f"{bench}/{metric}"] = entry["baseline"] if point is None else point["value"]
+            values[f"{logged}/{metric}"] = entry["baseline"] if point is None else point["value"]
             if point is not None:
-                values[f"{bench}/{metric}/delta"] = point["delta"]
+                values[f"{logged}/{metric}/delta"] = point["delta"]
     text = summary.get("diagnostics", {}).get("v2p_text_prompt", {}).get("text_vs_visual", {})
     paired = text.get("baseline" if is_baseline else name)
     if paired and paired["n"]:
@@ -61,4 +64,5 @@ def log_model(
         values["v2p_text_prompt/same_items/visual_prompt"] = paired["visual_prompt"]
     logger.log(values, step=step)
     for bench, records in tables.items():
-        logger.log_table(f"{bench}/samples_{name}", records, step=step)
+        logged = summary["benchmarks"].get(bench, {}).get("logged_as", bench)
+        logger.log_table(f"{logged}/samples_{name}", records, step=step)

@@ -45,22 +45,16 @@ from typing import Any
 import torch
 
 from data_builders.sample import Part, Sample, Turn
+from eval.greedy import GreedyDecoder
 from models.chat import Rendered, VideoChatAdapter
 
 DEFAULT_TOKENS_PER_SECOND = 3.0  # speech rate after t_q: roughly 2-3 words/s of spoken English
+# No answer is cut before this many tokens (an interruption within the first second of speech would leave
+# nothing to react to); an answer that ends sooner is kept whole and counted as finished.
+MIN_CUT_TOKENS = 3
 # Keys of a processor batch that are per-token (concatenated along the sequence); the rest (pixel values,
 # grids, seconds per grid) are per media item and concatenated along their first dimension.
 _TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
-_GRID_KEYS = ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")  # what get_rope_index reads
-# Media placeholders are never text: fed back as part of an answer they would be taken for a media slot.
-_PLACEHOLDER_ATTRS = (
-    "image_token_id",
-    "video_token_id",
-    "vision_start_token_id",
-    "vision_end_token_id",
-    "image_token_index",  # LLaVA-style configs
-    "video_token_index",
-)
 # Floating-point slack when a time span is turned into whole tokens ((5.4 - 5.0) * 3 = 1.2000000000000028).
 _EPS = 1e-6
 
@@ -144,7 +138,8 @@ def interruption_cut(
     Args:
         sample: an OVI sample whose meta holds ``question_time`` and ``interruption_time`` (seconds).
         cut_tokens: a fixed token offset; overrides the time mapping when given.
-        tokens_per_second: speaking rate from ``t_q`` on; the cut is the tokens fully spoken by ``t_i``.
+        tokens_per_second: speaking rate from ``t_q`` on; the cut is the tokens fully spoken by ``t_i``,
+            and at least ``MIN_CUT_TOKENS``.
 
     Raises:
         ValueError: on a negative offset or rate, or a sample without the two times.
@@ -159,7 +154,7 @@ def interruption_cut(
     if "question_time" not in meta or "interruption_time" not in meta:
         raise ValueError(f"{sample.id}: meta lacks question_time / interruption_time; pass cut_tokens")
     spoken = (float(meta["interruption_time"]) - float(meta["question_time"])) * tokens_per_second
-    return max(0, math.floor(spoken + _EPS))
+    return max(MIN_CUT_TOKENS, math.floor(spoken + _EPS))
 
 
 def prepare_inputs(adapter: VideoChatAdapter, sample: Sample) -> SimulationInputs:
@@ -205,6 +200,7 @@ def simulate_interruption(
     tokens_per_second: float = DEFAULT_TOKENS_PER_SECOND,
     max_new_tokens: int = 128,
     continue_from_cache: bool = True,
+    synced: bool = False,
 ) -> SimulationResult:
     """Run the offline interruption simulation on one OVI sample (greedy decoding, batch of one).
 
@@ -221,19 +217,22 @@ def simulate_interruption(
         max_new_tokens: the reaction's length limit.
         continue_from_cache: reuse the key/value cache of steps (a)+(b) and encode only the appended tokens;
             False re-encodes the whole conversation.
+        synced: every rank of a multi-process run steps together (ZeRO-3 gathers the weights on every
+            forward pass): a rank whose answer or reaction ended runs idle text-only passes until every
+            rank's has. The ranks' items must have the same media in the same turns.
 
     Returns:
         The truncated answer, the reaction, their ids, token counts and timings.
     """
     cut = interruption_cut(sample, cut_tokens, tokens_per_second)
     inputs = prepare_inputs(adapter, sample)
-    decoder = _GreedyDecoder(model, adapter)
+    decoder = GreedyDecoder(model, adapter)
     prefix = _to_device(inputs.prefix, decoder.device)
     appended = _to_device(inputs.appended, decoder.device)
 
     start = time.perf_counter()
     logits = decoder.encode(prefix, positions=decoder.positions(prefix), cache=None)
-    answer_ids, finished = decoder.decode(logits, cut)
+    answer_ids, finished = decoder.decode(logits, cut, synced)
     middle = time.perf_counter()
 
     ids = prefix["input_ids"]
@@ -252,7 +251,7 @@ def simulate_interruption(
         logits = decoder.encode(full, positions=all_positions, cache=None)
         encoded = full["input_ids"].shape[1]
     encoded_at = time.perf_counter()
-    reaction_ids, _ = decoder.decode(logits, max_new_tokens)
+    reaction_ids, _ = decoder.decode(logits, max_new_tokens, synced)
     end = time.perf_counter()
 
     return SimulationResult(
@@ -271,92 +270,6 @@ def simulate_interruption(
         first_reaction_seconds=encoded_at - middle,
         continue_from_cache=continue_from_cache,
     )
-
-
-class _GreedyDecoder:
-    """Greedy decoding with explicit positions and one key/value cache (batch of one)."""
-
-    def __init__(self, model, adapter: VideoChatAdapter):
-        self.model = model
-        self.device = model.device
-        self.cache = None
-        self.next_position = 0  # the (text) position of the next token fed
-        self._rope_index = _find_rope_index(model)
-        self.eos_ids = _stop_ids(model, adapter)
-        suppressed = [getattr(model.config, name, None) for name in _PLACEHOLDER_ATTRS]
-        self.suppressed = torch.tensor([i for i in suppressed if i is not None], dtype=torch.long)
-
-    def positions(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Position ids of every token of ``batch`` (a whole conversation from its first token).
-
-        Returns:
-            ``(3, 1, length)`` multimodal RoPE ids from the model's ``get_rope_index``, or ``(1, length)``
-            plain ids for a model without one.
-        """
-        ids = batch["input_ids"]
-        if self._rope_index is None:
-            return torch.arange(ids.shape[1], device=ids.device)[None]
-        grids = {k: batch[k] for k in _GRID_KEYS if k in batch}
-        positions, _ = self._rope_index(ids, mm_token_type_ids=batch["mm_token_type_ids"], **grids)
-        return positions
-
-    def encode(self, batch: dict[str, torch.Tensor], positions: torch.Tensor, cache) -> torch.Tensor:
-        """Run ``batch`` through the model on top of ``cache`` (None: from scratch); last-token logits."""
-        inputs = {k: v for k, v in batch.items() if k not in ("attention_mask", "mm_token_type_ids")}
-        out = self.model(**inputs, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
-        self.cache = out.cache
-        # Text continues from the last token's position, as get_rope_index places text (chunks end in
-        # text). Not from the largest id so far, as generate's rope_deltas do: under the installed
-        # get_rope_index a video's temporal ids may run past the text that follows it, and then the two
-        # disagree; ids of decoded tokens must equal the ids the same tokens get when re-encoded.
-        self.next_position = int(positions[..., -1].max()) + 1
-        return out.logits[:, -1]
-
-    def decode(self, logits: torch.Tensor, limit: int) -> tuple[list[int], bool]:
-        """Up to ``limit`` greedy tokens from ``logits`` on; whether an end-of-turn token stopped it.
-
-        The last token returned is not fed to the model (a caller continuing from the cache feeds it).
-        """
-        tokens: list[int] = []
-        while len(tokens) < limit:
-            if len(self.suppressed):
-                logits = logits.index_fill(-1, self.suppressed.to(logits.device), float("-inf"))
-            token = int(logits.argmax(-1))  # the first of equal maxima, as Hugging Face's greedy search
-            if token in self.eos_ids:
-                return tokens, True
-            tokens.append(token)
-            if len(tokens) < limit:
-                logits = self._step(token)
-        return tokens, False
-
-    def _step(self, token: int) -> torch.Tensor:
-        """Feed one token at the next text position (the same on all three RoPE axes); its logits."""
-        ids = torch.tensor([[token]], device=self.device)
-        position = torch.full((3, 1, 1), self.next_position, device=self.device)
-        if self._rope_index is None:
-            position = position[0]
-        out = self.model(
-            input_ids=ids, position_ids=position, cache=self.cache, use_cache=True, logits_to_keep=1
-        )
-        self.cache = out.cache
-        self.next_position += 1
-        return out.logits[:, -1]
-
-
-def _stop_ids(model, adapter: VideoChatAdapter) -> set[int]:
-    """Where greedy decoding stops: the generation config's end tokens and the tokenizer's (end of turn)."""
-    ids = model.generation_config.eos_token_id
-    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
-    tokenizer_eos = adapter.processor.tokenizer.eos_token_id
-    return {*ids, *([] if tokenizer_eos is None else [tokenizer_eos])}
-
-
-def _find_rope_index(model):
-    """The model's multimodal ``get_rope_index`` (it sits on the inner model, under any PEFT wrapper)."""
-    for module in model.modules():
-        if callable(getattr(module, "get_rope_index", None)):
-            return module.get_rope_index
-    return None
 
 
 def _check_shape(sample: Sample) -> list[Turn]:

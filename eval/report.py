@@ -194,6 +194,15 @@ def _status_line(summary: dict[str, Any], benchmark: str, entry: dict[str, Any],
     judge = summary.get("judge")
     if judge and (any(unjudged.values()) or any(_is_judged(key) for key in entry["metrics"])):
         parts.append(f"judge: {judge['identity'] if isinstance(judge, dict) else judge}")
+    if entry.get("n_simulated"):
+        parts.append(
+            f"{entry['n_simulated']} simulated ({entry['n_answer_finished']} answers ended before their "
+            f"interruption, {_reference(summary)})"
+        )
+    if entry.get("protocol"):
+        parts.append(f"protocol: {entry['protocol']}")
+    if entry.get("aggregation"):
+        parts.append(f"overall values: {entry['aggregation']}")
     return " · ".join(parts)
 
 

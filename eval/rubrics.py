@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-RUBRIC_VERSION = "ovi-1"
+RUBRIC_VERSION = "ovi-2"
 
 Scale = tuple[int, int]
 BINARY: Scale = (0, 1)
@@ -56,6 +56,8 @@ class Metric:
         levels: ``(score, criterion)`` pairs, highest first.
         caps: ``(condition, maximum score)`` pairs; a cap applies whenever its condition holds.
         source: where the text comes from (paper tables, or "reconstructed").
+        classes: a classification metric: the judge names one of these (the interruption types), blind
+            to the item's own type, and the item scores 1 when it names the right one.
     """
 
     name: str
@@ -65,6 +67,7 @@ class Metric:
     levels: tuple[tuple[int, str], ...]
     caps: tuple[tuple[str, int], ...] = ()
     source: str = ""
+    classes: tuple[str, ...] = ()
 
 
 # Tables 5–8 publish criteria for 10 down to 5 only. Below 5 the paper's caps decide; this sentence
@@ -285,25 +288,35 @@ CCS = Metric(
     source="seed 003 Table 8 (rubric), Table 11 (caps)",
 )
 
-METRICS: dict[str, Metric] = {m.name: m for m in (IAC, TFS, VES, IFA, CFS, CCS)}
+CA_OPEN = Metric(
+    name="ca_open",
+    title="CA (interruption type, as the reaction treats it)",
+    scale=BINARY,
+    definition=(
+        "Which interruption type does the MODEL RESPONSE treat the interruption as? Read only what the "
+        "response does: it stops (at most a brief acknowledgement) -> Cancellation; it ignores the "
+        "interruption and goes on with the original answer -> False Trigger; it takes up a changed question "
+        "or premise and answers that -> Correction. You are not told the interruption's type."
+    ),
+    levels=(
+        (1, "Cancellation: the response stops, at most with a brief acknowledgement."),
+        (1, "False Trigger: the response goes on with the original answer, ignoring the interruption."),
+        (1, "Correction: the response revises, answering the changed question or premise."),
+    ),
+    source=(
+        "reconstructed (the paper reports CA for open-ended items, 'the accuracy of interruption-type "
+        "classification', without saying who classifies): the type the reaction implies, named by the judge"
+    ),
+    classes=ALL_TYPES,
+)
 
-# Which metrics are judged for which interruption type. The paper's per-type tables 12–14 report all
-# six metrics for every type, but CFS there is 0.69–2.20 for Cancellation and False Trigger — below the
-# 1–10 scale's floor, so non-applicable items were evidently scored 0 and averaged in. We judge a metric
-# only where its rubric has something to measure, so our overall CFS and VES are NOT comparable with the
-# paper's Table 2 (the per-type Correction numbers of Table 13 are):
-#   - CFS: Correction only (there is no correction to follow otherwise);
-#   - VES: False Trigger and Correction; after a Cancellation the right reaction makes no claim about the
-#     video, so a visual-evidence score would be arbitrary (a wrongly continued answer is caught by IAC/IFA);
-#   - IAC, IFA, TFS, CCS: all types.
-APPLIES_TO: dict[str, tuple[str, ...]] = {
-    "iac": ALL_TYPES,
-    "tfs": ALL_TYPES,
-    "ves": (FALSE_TRIGGER, CORRECTION),
-    "ifa": ALL_TYPES,
-    "cfs": (CORRECTION,),
-    "ccs": ALL_TYPES,
-}
+METRICS: dict[str, Metric] = {m.name: m for m in (IAC, TFS, VES, IFA, CFS, CCS, CA_OPEN)}
+
+# Which metrics are judged for which interruption type: every metric on every type, as the paper's per-type
+# tables 12-14 report them and its Table 2 averages them (type-weighted, 1:2:1; eval/benchmarks/ovi.py). On
+# a type where a metric has little to measure (CFS after a Cancellation or a False Trigger) the judge
+# follows the rubric as written, as the paper's judges did: its CFS there is 0.69-2.20.
+APPLIES_TO: dict[str, tuple[str, ...]] = {name: ALL_TYPES for name in METRICS}
 
 # Item fields the prompt needs; the optional ones are used when present.
 REQUIRED_FIELDS = (
@@ -314,7 +327,7 @@ REQUIRED_FIELDS = (
     "reference_reaction",
     "response",
 )
-OPTIONAL_FIELDS = ("visual_evidence", "answer", "question_time", "interruption_time")
+OPTIONAL_FIELDS = ("visual_evidence", "answer", "question_time", "interruption_time", "own_answer")
 
 
 def metrics_for(interruption_type: str) -> list[str]:
@@ -363,7 +376,8 @@ def judge_prompt(metric: str, item: dict[str, Any]) -> str:
         raise ValueError(f"judge item lacks required field(s) {missing}")
     if item["interruption_type"] not in ALL_TYPES:
         raise ValueError(f"unknown interruption type {item['interruption_type']!r} (known: {ALL_TYPES})")
-    sections = [_preamble(), _item_section(item), _metric_section(spec), _output_section(spec)]
+    case = _blind_item_section(item) if spec.classes else _item_section(item)
+    sections = [_preamble(), case, _metric_section(spec), _output_section(spec)]
     return "\n\n".join(sections) + "\n"
 
 
@@ -387,13 +401,42 @@ def _item_section(item: dict[str, Any]) -> str:
             "the interruption."
         )
     lines += [
-        f"Answer spoken before the interruption (cut mid-way): {item['partial_answer']}",
+        f"{_spoken_label(item)}: {item['partial_answer']}",
         f"Interruption ({item['interruption_type']}): {item['interruption']}",
-        f"Reference reaction (one right reaction; others may be right too): {item['reference_reaction']}",
+        f"{_reference_label(item)}: {item['reference_reaction']}",
         _evidence_line(item),
         f"MODEL RESPONSE TO JUDGE (after the interruption): {item['response']}",
     ]
     return "\n".join(lines)
+
+
+def _blind_item_section(item: dict[str, Any]) -> str:
+    """The case without the interruption's type or a reference reaction (both would give the type away)."""
+    return "\n".join(
+        [
+            "## The case",
+            f"Question: {item['question']}",
+            f"{_spoken_label(item)}: {item['partial_answer']}",
+            f"Interruption: {item['interruption']}",
+            f"MODEL RESPONSE TO JUDGE (after the interruption): {item['response']}",
+        ]
+    )
+
+
+def _spoken_label(item: dict[str, Any]) -> str:
+    if item.get("own_answer"):
+        return "What the model itself said before the interruption (its own answer, cut mid-way)"
+    return "Answer spoken before the interruption (cut mid-way)"
+
+
+def _reference_label(item: dict[str, Any]) -> str:
+    if item.get("own_answer"):  # the reference continues the dataset's answer, not the model's own
+        return (
+            "Reference reaction (guidance only: written after the dataset's reference answer, not after "
+            "what the model said above, so a right reaction may word things differently and, after a False "
+            "Trigger, continue from another point)"
+        )
+    return "Reference reaction (one right reaction; others may be right too)"
 
 
 def _evidence_line(item: dict[str, Any]) -> str:
@@ -417,6 +460,9 @@ def _evidence_line(item: dict[str, Any]) -> str:
 
 def _metric_section(spec: Metric) -> str:
     low, high = spec.scale
+    if spec.classes:
+        classes = "\n".join(f"- {criterion}" for _, criterion in spec.levels)
+        return f"## Metric: {spec.title}\n\n{spec.definition}\n\nClasses:\n{classes}"
     levels = "\n".join(f"{score}: {criterion}" for score, criterion in spec.levels)
     lines = [
         f"## Metric: {spec.title}, scored from {low} to {high}",
@@ -436,6 +482,13 @@ def _metric_section(spec: Metric) -> str:
 
 
 def _output_section(spec: Metric) -> str:
+    if spec.classes:
+        names = " | ".join(f'"{name}"' for name in spec.classes)
+        return (
+            "## Output\n"
+            "Reply with a single JSON object and nothing else (no code fence, no text before or after):\n"
+            f'{{"class": <one of {names}>, "reason": "<one short sentence>"}}'
+        )
     low, high = spec.scale
     allowed = f"{low} or {high}" if spec.scale == BINARY else f"an integer from {low} to {high}"
     return (

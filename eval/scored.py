@@ -6,6 +6,9 @@ aggregates, is::
 
     {"id": str, "scores": {metric: score}, "categories": {category: value}, "n_unjudged_metrics": int}
 
+(plus ``answer_finished`` for an item of the interruption simulation: whether the model's answer ended
+before its interruption came).
+
 Rule scores come from the benchmark's scorer; judged scores from the judgements of the judge in use under
 the current rubric. A judged metric without such a score is counted in ``n_unjudged_metrics``, never
 averaged in as a zero.
@@ -55,12 +58,15 @@ def scored_record(
     meta = record["meta"]
     expected = judged_metrics(bench, meta, wanted)
     judged = judged_scores(record, expected, judged_by)
-    return {
+    row = {
         "id": record["id"],
         "scores": {**bench.score(record["prediction"], meta), **judged},
         "categories": bench.categories(meta),
         "n_unjudged_metrics": len(expected) - len(judged),
     }
+    if "simulation" in record:  # the answer may have ended before the user interrupted it
+        row["answer_finished"] = bool(record["simulation"]["answer_finished"])
+    return row
 
 
 def scored_records(

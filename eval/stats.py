@@ -22,11 +22,15 @@ def paired_bootstrap(
     n_resamples: int = 2000,
     seed: int = 0,
     confidence: float = 0.95,
+    strata: Sequence[str] | None = None,
+    weights: dict[str, float] | None = None,
 ) -> dict[str, float | int]:
     """Bootstrap confidence interval for ``mean(tuned) - mean(baseline)`` over paired items.
 
     Each resample draws item indices with replacement and applies them to both sequences jointly,
-    so an item's baseline and tuned scores always travel together.
+    so an item's baseline and tuned scores always travel together. With ``strata`` the mean is a weighted
+    mean of the strata's means (OVIBench's type-weighted overall numbers) and each stratum is resampled on
+    its own, keeping its size.
 
     Args:
         baseline: per-item scores of the baseline model.
@@ -34,6 +38,8 @@ def paired_bootstrap(
         n_resamples: number of bootstrap resamples.
         seed: seed of the resampling generator; equal inputs and seed give equal intervals.
         confidence: coverage of the percentile interval, in (0, 1).
+        strata: each item's stratum (e.g. its interruption type), same order; None: one plain mean.
+        weights: stratum -> weight (see :func:`weighted_mean`).
 
     Returns:
         ``{"delta": observed difference of means, "ci_low": ..., "ci_high": ..., "n": number of items}``.
@@ -46,15 +52,40 @@ def paired_bootstrap(
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    resampled = _resampled_means(differences, n_resamples, np.random.default_rng(seed))
+    rng = np.random.default_rng(seed)
+    if strata is None:
+        delta, resampled = float(differences.mean()), _resampled_means(differences, n_resamples, rng)
+    else:
+        groups = _groups(strata, differences.size)
+        delta = weighted_mean({k: float(differences[i].mean()) for k, i in groups.items()}, weights)
+        means = {key: _resampled_means(differences[i], n_resamples, rng) for key, i in groups.items()}
+        resampled = weighted_mean(means, weights)
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(resampled, [tail, 1.0 - tail])
     return {
-        "delta": float(differences.mean()),
+        "delta": float(delta),
         "ci_low": float(low),
         "ci_high": float(high),
         "n": int(differences.size),
     }
+
+
+def weighted_mean(
+    means: dict[str, float | np.ndarray], weights: dict[str, float] | None
+) -> float | np.ndarray:
+    """The weighted mean of per-stratum means (weights renormalised over the strata present; a stratum
+    without a weight counts 1)."""
+    weights = weights or {}
+    total = sum(weights.get(key, 1.0) for key in means)
+    return sum(weights.get(key, 1.0) * value for key, value in means.items()) / total
+
+
+def _groups(strata: Sequence[str], n: int) -> dict[str, np.ndarray]:
+    """Item indices per stratum, in sorted stratum order (so a seed gives the same draws)."""
+    if len(strata) != n:
+        raise ValueError(f"strata and scores differ in length: {len(strata)} vs {n}")
+    labels = np.asarray(strata, dtype=object)
+    return {key: np.flatnonzero(labels == key) for key in sorted(set(strata))}
 
 
 def _paired_differences(baseline: Sequence[float], tuned: Sequence[float]) -> np.ndarray:

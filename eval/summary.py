@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from eval.rubrics import BINARY, METRICS
-from eval.stats import mcnemar_p, paired_bootstrap
+from eval.stats import mcnemar_p, paired_bootstrap, weighted_mean
 
 # The order of metrics in tables: rule-scored rates, then the judge's rates, then its 1-10 scores.
 METRIC_ORDER = (
@@ -113,6 +113,9 @@ def count_unjudged_items(records: ScoredRecords) -> int:
     return sum(1 for record in records if record.get("n_unjudged_metrics", 0) > 0)
 
 
+Weighting = tuple[str, dict[str, float]]  # (category, value -> weight): how a benchmark's means are taken
+
+
 def build_summary(
     baseline: dict[str, ScoredRecords],
     checkpoints: Sequence[tuple[str, int, dict[str, ScoredRecords]]],
@@ -120,6 +123,7 @@ def build_summary(
     *,
     n_resamples: int = 2000,
     seed: int = 0,
+    weighting: dict[str, Weighting] | None = None,
 ) -> dict[str, Any]:
     """The content of ``summary.json``: every checkpoint's metrics next to the baseline's.
 
@@ -141,6 +145,9 @@ def build_summary(
             ``judge``, ...).
         n_resamples: bootstrap resamples per comparison.
         seed: bootstrap seed, so re-running on the same results gives the same intervals.
+        weighting: benchmark -> ``(category, weights)``: its values (and deltas and intervals) are the
+            weighted means of the per-category-value means (OVIBench: by interruption type, 1:2:1), not
+            plain means over items; the entry then says so under ``aggregation``.
 
     Raises:
         ValueError: on duplicate checkpoint names, duplicate item ids, or an ``extra`` key that would
@@ -158,7 +165,9 @@ def build_summary(
         "baseline": {"name": BASELINE_NAME, "step": 0},
         "checkpoints": [{"name": name, "step": int(step)} for name, step, _ in checkpoints],
         "benchmarks": {
-            benchmark: _benchmark_entry(benchmark, baseline, checkpoints, n_resamples, seed)
+            benchmark: _benchmark_entry(
+                benchmark, baseline, checkpoints, n_resamples, seed, (weighting or {}).get(benchmark)
+            )
             for benchmark in benchmarks
         },
         **extra,
@@ -171,6 +180,7 @@ def _benchmark_entry(
     checkpoints: Sequence[tuple[str, int, dict[str, ScoredRecords]]],
     n_resamples: int,
     seed: int,
+    weighting: Weighting | None,
 ) -> dict[str, Any]:
     base_records = baseline.get(benchmark, [])
     base_scores = item_scores(base_records)
@@ -179,28 +189,71 @@ def _benchmark_entry(
         for name, step, results in checkpoints
         if benchmark in results
     ]
+    mean = _Mean(
+        weighting,
+        [base_records, *(results[benchmark] for _, _, results in checkpoints if benchmark in results)],
+    )
     metrics: dict[str, Any] = {}
     for key in _ordered_union([base_scores, *(scores for _, _, scores in tuned)]):
         reference = base_scores.get(key, {})
         metrics[key] = {
-            "baseline": _mean(reference),
+            "baseline": mean(reference),
             "n": len(reference),
             "checkpoints": {
-                name: _comparison(int(step), reference, scores[key], n_resamples, seed, is_graded(key))
+                name: _comparison(int(step), reference, scores[key], n_resamples, seed, is_graded(key), mean)
                 for name, step, scores in tuned
                 if key in scores
             },
         }
     counts = {name: _counts(results[benchmark]) for name, _, results in checkpoints if benchmark in results}
-    return {**_counts(base_records), "checkpoints": counts, "metrics": metrics}
+    entry = {**_counts(base_records), "checkpoints": counts, "metrics": metrics}
+    if weighting:
+        category, weights = weighting
+        parts = " : ".join(f"{value} {weight:g}" for value, weight in weights.items())
+        entry["aggregation"] = f"means weighted by {category} ({parts}) over each value's mean"
+    return entry
+
+
+class _Mean:
+    """Means over items, plain or weighted by a category (``weighting``) of the items' records."""
+
+    def __init__(self, weighting: Weighting | None, record_sets: Iterable[ScoredRecords]):
+        self.weights = weighting[1] if weighting else None
+        category = weighting[0] if weighting else None
+        self.stratum = (
+            {
+                record["id"]: record.get("categories", {}).get(category)
+                for records in record_sets
+                for record in records
+            }
+            if category
+            else {}
+        )
+
+    def strata(self, item_ids: Sequence[str]) -> list[str] | None:
+        return [str(self.stratum.get(item_id)) for item_id in item_ids] if self.weights else None
+
+    def __call__(self, scores: dict[str, float]) -> float | None:
+        if not scores:
+            return None
+        if not self.weights:
+            return sum(scores.values()) / len(scores)
+        groups: dict[str, list[float]] = {}
+        for item_id, score in scores.items():
+            groups.setdefault(str(self.stratum.get(item_id)), []).append(score)
+        return float(weighted_mean({key: sum(v) / len(v) for key, v in groups.items()}, self.weights))
 
 
 def _counts(records: ScoredRecords) -> dict[str, int]:
-    return {
+    counts = {
         "n_items": len(records),
         "n_unjudged": count_unjudged(records),
         "n_unjudged_items": count_unjudged_items(records),
     }
+    simulated = [record["answer_finished"] for record in records if "answer_finished" in record]
+    if simulated:  # answers that ended before their interruption: there was nothing to cut
+        counts.update(n_simulated=len(simulated), n_answer_finished=sum(simulated))
+    return counts
 
 
 def _comparison(
@@ -209,13 +262,14 @@ def _comparison(
     scores: dict[str, float],
     n_resamples: int,
     seed: int,
-    graded: bool = False,
+    graded: bool,
+    mean: _Mean,
 ) -> dict[str, Any]:
     """One checkpoint's entry for one metric key, paired with the baseline by item id."""
     common = [item_id for item_id in reference if item_id in scores]
     entry: dict[str, Any] = {
         "step": step,
-        "value": _mean(scores),
+        "value": mean(scores),
         "n": len(scores),
         "n_paired": len(common),
         "delta": None,
@@ -225,15 +279,14 @@ def _comparison(
     if common:
         before = [reference[item_id] for item_id in common]
         after = [scores[item_id] for item_id in common]
-        interval = paired_bootstrap(before, after, n_resamples=n_resamples, seed=seed, confidence=0.95)
+        strata = mean.strata(common)
+        interval = paired_bootstrap(
+            before, after, n_resamples, seed, 0.95, strata=strata, weights=mean.weights
+        )
         entry["delta"] = interval["delta"]
         entry["delta_ci95"] = [interval["ci_low"], interval["ci_high"]]
         entry["mcnemar_p"] = None if graded else mcnemar_p(before, after)
     return entry
-
-
-def _mean(scores: dict[str, float]) -> float | None:
-    return sum(scores.values()) / len(scores) if scores else None
 
 
 def _ordered_union(mappings: Iterable[dict[str, Any]]) -> list[str]:

@@ -66,15 +66,15 @@ def test_shards_cover_every_item_once_in_equal_rounds(monkeypatch, world):
     from eval.benchmarks.ovi import OVI
     from eval.generation import Generation
 
-    items = [SimpleNamespace(id=f"mcq{i}", meta={"format": "mcq"}) for i in range(5)]
-    items += [SimpleNamespace(id=f"open{i}", meta={"format": "open"}) for i in range(2)]
+    items = [SimpleNamespace(id=f"mcq{i}", meta={"format": "mcq"}, turns=[]) for i in range(5)]
+    items += [SimpleNamespace(id=f"open{i}", meta={"format": "open"}, turns=[]) for i in range(2)]
     generation = Generation(OVI, items, EvalConfig(batch_size=2), setting="s", items={})
     monkeypatch.setattr(distributed, "world_size", lambda: world)
     rounds = {}
     for r in range(world):
         monkeypatch.setattr(distributed, "rank", lambda r=r: r)
         rounds[r] = list(generation._shard_batches(items))
-    shapes = {r: [(length, len(chunk)) for length, chunk, _ in rs] for r, rs in rounds.items()}
+    shapes = {r: [(group, len(chunk)) for group, chunk, _ in rs] for r, rs in rounds.items()}
     assert all(shape == shapes[0] for shape in shapes.values()), "every rank must run the same rounds"
     kept = [
         s.id for rs in rounds.values() for _, chunk, real in rs for s, k in zip(chunk, real, strict=True) if k
@@ -127,6 +127,9 @@ def _check_run(output_root: Path, run_name: str, stage: int) -> Path:
     for bench, metric in (("v2p", "accuracy"), ("ovi", "ca")):
         entry = summary["benchmarks"][bench]["metrics"][metric]
         assert entry["baseline"] is not None and "checkpoint-2" in entry["checkpoints"]
+    # Open-ended items ran the paper's interruption simulation on both ranks, stepping together.
+    ovi = summary["benchmarks"]["ovi"]
+    assert ovi["n_simulated"] >= 1 and ovi["protocol"].startswith("simulated")
     _check_each_item_once(run_dir)
     assert len(list(run_dir.glob("wandb/offline-run-*"))) == 1, "one W&B run, from rank 0"
     # The Trainer sees both ranks (core.distributed.share_cpu_process_group): each saved its own RNG state

@@ -101,12 +101,11 @@ def _assert_no_fake_scores(judgement: dict) -> None:
 # Rubrics and prompts
 
 
-def test_metric_applicability_and_scales():
-    assert metrics_for("Correction") == ["iac", "tfs", "ves", "ifa", "cfs", "ccs"]
-    assert metrics_for("False Trigger") == ["iac", "tfs", "ves", "ifa", "ccs"]
-    assert metrics_for("Cancellation") == ["iac", "tfs", "ifa", "ccs"]
+def test_every_metric_is_judged_on_every_type_as_the_paper_reports_them():
+    every = ["iac", "tfs", "ves", "ifa", "cfs", "ccs", "ca_open"]
+    assert metrics_for("Correction") == metrics_for("False Trigger") == metrics_for("Cancellation") == every
     assert set(APPLIES_TO) == set(METRICS)
-    assert METRICS["iac"].scale == METRICS["ifa"].scale == BINARY
+    assert METRICS["iac"].scale == METRICS["ifa"].scale == METRICS["ca_open"].scale == BINARY
     assert all(METRICS[m].scale == TEN_POINT for m in ("tfs", "ves", "cfs", "ccs"))
     with pytest.raises(ValueError, match="interruption type"):
         metrics_for("Interjection")
@@ -284,7 +283,7 @@ def test_a_judgement_cut_short_by_a_kill_is_asked_again_and_the_next_one_is_kept
 
 
 def test_judge_record_scores_only_what_was_judged(server):
-    # Correction: iac, tfs, ves, ifa, cfs, ccs, in that order; ves fails (400), ifa is unparseable.
+    # Correction: iac, tfs, ves, ifa, cfs, ccs, ca_open in that order; ves fails (400), ifa is unparseable.
     server.script.extend(
         [
             ("reply", '{"score": 1}'),
@@ -293,10 +292,12 @@ def test_judge_record_scores_only_what_was_judged(server):
             ("reply", "hmm"),
             ("reply", '{"score": 12}'),
             ("reply", '{"score": 7}'),
+            ("reply", '{"class": "correction", "reason": "it answers the new question"}'),
         ]
     )
     result = Judge(_backend(server)).judge_record(_record("Correction"))
-    assert result.scores == {"iac": 1.0, "tfs": 9.0, "cfs": 10.0, "ccs": 7.0}
+    assert result.scores == {"iac": 1.0, "tfs": 9.0, "cfs": 10.0, "ccs": 7.0, "ca_open": 1.0}
+    assert result.judgements["ca_open"]["class"] == "Correction"
     assert result.n_unjudged == 2
     statuses = {metric: judgement["status"] for metric, judgement in result.judgements.items()}
     assert (statuses["ves"], statuses["ifa"]) == ("unjudged", "unparseable")
@@ -306,9 +307,9 @@ def test_judge_record_scores_only_what_was_judged(server):
 
 
 def test_judge_record_follows_the_type_and_skips_mcq(server):
-    result = Judge(_backend(server)).judge_record(_record("Cancellation"))
-    assert sorted(result.scores) == ["ccs", "iac", "ifa", "tfs"]
-    assert len(server.requests) == 4
+    result = Judge(_backend(server)).judge_record(_record("Cancellation"), ["iac", "tfs"])
+    assert sorted(result.scores) == ["iac", "tfs"]
+    assert len(server.requests) == 2
     assert Judge(_backend(server)).judge_record(_record(format="mcq")).scores == {}
     with pytest.raises(ValueError, match="interruption"):
         Judge(_backend(server)).judge_record(_record(interruption=None))
@@ -443,3 +444,32 @@ def test_a_local_judge_loads_lazily_and_replies(tmp_path):
     assert result["judge"].startswith("local:")
     assert result["status"] in ("ok", "fallback_number", "clamped", "unparseable")
     _assert_no_fake_scores(result)
+
+
+def test_the_interruption_type_is_classified_blind_and_scored_against_the_item(server, tmp_path):
+    """Open-ended CA: the judge names the type the reaction implies, not told the item's own type (nor shown
+    the reference reaction); the item scores 1 when the judge names its type. The class is cached, the
+    score is not: a second item with the same prompt and another type scores by its own type."""
+    prompt = judge_prompt("ca_open", _item("False Trigger"))
+    assert "False Trigger):" not in prompt and "Reference reaction" not in prompt and '"class"' in prompt
+    server.script.extend([("reply", 'It continues, so: {"class": "False Trigger"}')])
+    judge = Judge(_backend(server), tmp_path / "cache.jsonl")
+    right = judge.judge("ca_open", _item("False Trigger"))
+    assert (right["score"], right["class"], right["status"]) == (1.0, "False Trigger", "ok")
+    wrong = judge.judge("ca_open", _item("Correction"))  # the same prompt: served from the cache
+    assert (wrong["score"], len(server.requests)) == (0.0, 1)
+    server.script.extend([("reply", "I cannot tell.")])
+    unreadable = judge.judge("ca_open", _item("Correction", tag="Q2"))
+    assert (unreadable["score"], unreadable["status"]) == (None, "unparseable")
+
+
+def test_in_simulation_the_judge_sees_the_models_own_answer_and_the_reference_as_guidance():
+    own = judge_prompt("tfs", _item(partial_answer="A blue square", own_answer=True))
+    assert (
+        "What the model itself said before the interruption (its own answer, cut mid-way): A blue square"
+        in own
+    )
+    assert "guidance only" in own
+    given = judge_prompt("tfs", _item())
+    assert "Answer spoken before the interruption (cut mid-way): Between 1.0 s and" in given
+    assert "guidance only" not in given

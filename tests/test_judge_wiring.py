@@ -43,16 +43,21 @@ def _metric_of(prompt: str) -> str:
     return next(name for name, metric in METRICS.items() if f"## Metric: {metric.title}" in prompt)
 
 
-def _type_of(prompt: str) -> str:
-    return next(kind for kind in ("Cancellation", "False Trigger", "Correction") if f"({kind}):" in prompt)
+def _type_of(prompt: str) -> str | None:
+    """The item's interruption type as the prompt shows it (None: a classification prompt hides it)."""
+    kinds = ("Cancellation", "False Trigger", "Correction")
+    return next((kind for kind in kinds if f"({kind}):" in prompt), None)
 
 
 def _judge_reply(server: ChatServer, handler, body: dict) -> tuple[int, bytes]:
-    """A score for every metric; while not ``healthy``, FAILING_METRIC gets HTTP 500 and MALFORMED prose."""
+    """A score for every metric (and "Correction" for every classification); while not ``healthy``,
+    FAILING_METRIC gets HTTP 500 and MALFORMED prose."""
     prompt = body["messages"][0]["content"]
     metric, kind = _metric_of(prompt), _type_of(prompt)
     with server.lock:
         server.requests.append({"metric": metric, "type": kind, "auth": handler.headers.get("Authorization")})
+    if METRICS[metric].classes:
+        return 200, completion(json.dumps({"class": "Correction", "reason": "scripted"}))
     if metric == FAILING_METRIC and not server.healthy:
         return 500, error_body("scripted 500")
     if (metric, kind) == MALFORMED and not server.healthy:
@@ -81,9 +86,11 @@ def test_ovi_meta_carries_what_the_judge_needs(synthetic_build):
     assert {"partial_answer", "interruption", "answer", "question"} <= item.keys()
     assert "\n" not in item["interruption"]  # the bare utterance, not the MCQ instruction
     row = json.loads((synthetic_build.ovibench / "ovibench.jsonl").read_text().splitlines()[0])
+    assert row["visual_evidence"] and samples[0].meta["visual_evidence"]  # the builders write it
     described = ovi_row_to_sample({**row, "visual_evidence": "A red circle."}, synthetic_build.ovibench)
     assert described.meta["visual_evidence"] == "A red circle."
-    assert "visual_evidence" not in ovi_row_to_sample(row, synthetic_build.ovibench).meta
+    undescribed = {key: value for key, value in row.items() if key != "visual_evidence"}
+    assert "visual_evidence" not in ovi_row_to_sample(undescribed, synthetic_build.ovibench).meta
 
 
 def _endpoint(url: str, **settings) -> EndpointConfig:
@@ -124,7 +131,7 @@ def test_a_dead_judge_is_given_up_on_and_its_items_stay_unjudged(tmp_path, monke
     with pytest.warns(UserWarning, match="no reply"):
         judged = list(judging.pending(OVI, records, "judge"))
     assert len(judged) == GIVE_UP_AFTER
-    assert all(len(r["judgements"]) == 4 for r in judged)
+    assert all(len(r["judgements"]) == 7 for r in judged)
     assert all(
         j["status"] == "unjudged" and j["score"] is None for r in judged for j in r["judgements"].values()
     )
@@ -249,20 +256,31 @@ def test_evaluation_with_a_scripted_judge(
     summary = run(cfg)
     types = _open_types(synthetic_build)
     n_open = sum(types.values())
-    n_failed = types["False Trigger"] + types["Correction"] + types["Cancellation"]  # VES 500s, CCS junk
+    n_failed = n_open + types["Cancellation"]  # VES 500s on every item, CCS junk on Cancellations
     ovi = summary["benchmarks"]["ovi"]
     assert ovi["n_unjudged"] == n_failed and ovi["n_unjudged_items"] == n_open
     metrics = ovi["metrics"]
     assert metrics["iac"]["baseline"] == 1.0 and metrics["iac"]["n"] == n_open
     assert metrics["tfs"]["baseline"] == 8.0 and metrics["tfs"]["n"] == n_open
-    assert metrics["cfs"]["baseline"] == 6.0 and metrics["cfs"]["n"] == types["Correction"]
+    assert metrics["cfs"]["baseline"] == 6.0 and metrics["cfs"]["n"] == n_open  # every type, as the paper
+    # The judge names every reaction a Correction: open-ended CA is right on Correction items only, and the
+    # overall value is the 1:2:1 type-weighted mean of 0, 1, 0 over the types present.
+    present = {
+        kind: weight
+        for kind, weight in (("Cancellation", 1), ("Correction", 2), ("False Trigger", 1))
+        if types[kind]
+    }
+    assert metrics["ca_open"]["baseline"] == pytest.approx(
+        present.get("Correction", 0) / sum(present.values())
+    )
     # Nothing unjudged is averaged: no VES at all, and CCS only where it was judged.
     assert "ves" not in metrics and metrics["ccs"]["baseline"] == 7.0
     assert metrics["ccs"]["n"] == n_open - types["Cancellation"]
     assert "ccs/type/Cancellation" not in metrics and "ma" in metrics and "ca" in metrics
     judge = summary["judge"]
     assert judge["identity"].startswith("endpoint:judge-model") and judge["rubric_version"]
-    assert judge["applies_to"]["cfs"] == ["Correction"]
+    assert judge["applies_to"]["cfs"] == ["Cancellation", "False Trigger", "Correction"]
+    assert set(judge["reconstructed"]) == {"iac", "ifa", "ca_open"}
     assert summary["generation"]["max_new_tokens_open"] == 8
 
     run_dir = Path(cfg.run_dir)
@@ -286,7 +304,7 @@ def test_evaluation_with_a_scripted_judge(
     judge_server.healthy = True
     summary = run(cfg)
     asked = Counter(r["metric"] for r in judge_server.requests)
-    assert asked == {"ves": types["False Trigger"] + types["Correction"]}
+    assert asked == {"ves": n_open}
     ovi = summary["benchmarks"]["ovi"]
     assert ovi["n_unjudged"] == types["Cancellation"] and ovi["metrics"]["ves"]["baseline"] == 5.0
 

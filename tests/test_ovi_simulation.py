@@ -14,13 +14,13 @@ import torch
 from data_builders.media import FrameCache, MediaSpec
 from data_builders.ovi_format import ovi_row_to_sample, write_ovibench
 from data_builders.video_io import write_mp4
-from eval import ovi_simulation
-from eval.ovi_simulation import interruption_cut, prepare_inputs, simulate_interruption
+from eval import greedy, ovi_simulation
+from eval.ovi_simulation import MIN_CUT_TOKENS, interruption_cut, prepare_inputs, simulate_interruption
 
 FPS, DURATION = 8.0, 10.0
 REACTION_TOKENS = 12
 # (id, type, t_q, t_i): 3 s after t_q is 9 answer tokens at 3 tokens/s; the last item is interrupted the
-# moment it is asked (no answer, no new frames).
+# moment it is asked (cut after the first 3 tokens all the same, no new frames).
 ITEMS = [
     ("corr", "Correction", 4.0, 7.0),
     ("canc", "Cancellation", 2.5, 4.0),
@@ -94,13 +94,13 @@ def _both(tiny, sample, reset=lambda: None, **kwargs):
 def _decode_logits(monkeypatch) -> list[torch.Tensor]:
     """From now on, the logits every greedy decoding starts from (two per simulation: answer, reaction)."""
     seen: list[torch.Tensor] = []
-    decode = ovi_simulation._GreedyDecoder.decode
+    decode = greedy.GreedyDecoder.decode
 
-    def keep(self, logits, limit):
+    def keep(self, logits, limit, synced=False):
         seen.append(logits.clone())
-        return decode(self, logits, limit)
+        return decode(self, logits, limit, synced)
 
-    monkeypatch.setattr(ovi_simulation._GreedyDecoder, "decode", keep)
+    monkeypatch.setattr(greedy.GreedyDecoder, "decode", keep)
     return seen
 
 
@@ -137,7 +137,7 @@ def test_interruption_time_maps_to_tokens_at_the_speaking_rate(samples):
     assert interruption_cut(samples["corr"]) == 9  # (7 - 4) s x 3 tokens/s
     assert interruption_cut(samples["canc"]) == 4  # 1.5 s x 3 = 4.5: the tokens fully spoken by t_i
     assert interruption_cut(samples["false"], tokens_per_second=2.5) == 8  # 3.4 x 2.5 = 8.5
-    assert interruption_cut(samples["now"]) == 0
+    assert interruption_cut(samples["now"]) == MIN_CUT_TOKENS  # never cut before 3 tokens
     assert interruption_cut(samples["corr"], cut_tokens=5) == 5  # a fixed offset overrides the time
     with pytest.raises(ValueError, match="cut_tokens"):
         interruption_cut(samples["corr"], cut_tokens=-1)
@@ -146,9 +146,9 @@ def test_interruption_time_maps_to_tokens_at_the_speaking_rate(samples):
 
 
 def test_floating_point_times_do_not_lose_a_token(ovi_root):
-    # (5.4 - 5.0) x 3 = 1.2000000000000028 and (5.1 - 4.8) x 10 = 2.9999999999999982: 1 and 3 tokens.
-    assert interruption_cut(ovi_row_to_sample(_row("a", "Correction", 5.0, 5.4), ovi_root)) == 1
-    assert interruption_cut(ovi_row_to_sample(_row("b", "Correction", 4.8, 5.1), ovi_root), None, 10.0) == 3
+    # (4.1 - 1.1) x 3 = 8.999999999999998 and (5.1 - 4.8) x 20 = 5.999999999999996: 9 and 6 tokens.
+    assert interruption_cut(ovi_row_to_sample(_row("a", "Correction", 1.1, 4.1), ovi_root)) == 9
+    assert interruption_cut(ovi_row_to_sample(_row("b", "Correction", 4.8, 5.1), ovi_root), None, 20.0) == 6
 
 
 @pytest.mark.parametrize("cut", [{"cut_tokens": 5}, {"tokens_per_second": 3.0}], ids=["tokens", "time"])
@@ -170,7 +170,7 @@ def test_the_answer_is_cut_where_configured(tiny, samples, cut):
 def test_an_answer_ending_before_the_cut_is_kept_whole(tiny, samples, monkeypatch):
     model, adapter = tiny
     end = adapter.processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
-    step, steps = ovi_simulation._GreedyDecoder._step, {"count": 0}
+    step, steps = greedy.GreedyDecoder._step, {"count": 0}
 
     def step_then_end(self, token):
         """The model's own step, except that the 4th answer token is the end of turn."""
@@ -181,7 +181,7 @@ def test_an_answer_ending_before_the_cut_is_kept_whole(tiny, samples, monkeypatc
             logits[..., end] = 1e9
         return logits
 
-    monkeypatch.setattr(ovi_simulation._GreedyDecoder, "_step", step_then_end)
+    monkeypatch.setattr(greedy.GreedyDecoder, "_step", step_then_end)
     cached, rerun = _both(tiny, samples["corr"], max_new_tokens=4, reset=lambda: steps.update(count=0))
     assert cached.cut_tokens == 9 and cached.answer_finished and len(cached.answer_ids) == 3
     assert cached.answer_ids == rerun.answer_ids and cached.reaction_ids == rerun.reaction_ids
@@ -218,7 +218,8 @@ def test_an_interruption_at_t_q_appends_no_frames(tiny, samples):
     inputs = prepare_inputs(adapter, samples["now"])
     assert inputs.appended_video_spans == [] and "pixel_values_videos" not in inputs.appended
     cached, rerun = _both(tiny, samples["now"])
-    assert cached.answer_ids == [] and cached.reaction_ids == rerun.reaction_ids
+    assert cached.cut_tokens == MIN_CUT_TOKENS  # interrupted as it is asked: after the first 3 tokens
+    assert len(cached.answer_ids) == MIN_CUT_TOKENS and cached.reaction_ids == rerun.reaction_ids
 
 
 def test_a_sample_of_another_shape_is_refused(tiny, samples):
@@ -248,7 +249,7 @@ def test_identical_also_when_the_video_outruns_its_spatial_extent(tiny, ovi_root
     tiny8 = (model, VideoChatAdapter(adapter.processor, MediaSpec(num_frames=8), FrameCache(None)))
     sample = ovi_row_to_sample(_row("late", "Correction", 9.5, 10.0), ovi_root)
     prefix = prepare_inputs(tiny8[1], sample).prefix
-    positions = ovi_simulation._GreedyDecoder(*tiny8).positions(prefix)
+    positions = greedy.GreedyDecoder(*tiny8).positions(prefix)
     video = positions[..., prefix["mm_token_type_ids"][0] == 2]
     assert video[0].max() - video[0].min() > video[1].max() - video[1].min(), "the case this test is about"
     assert positions.max() == positions[..., -1].max()

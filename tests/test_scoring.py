@@ -153,7 +153,7 @@ def test_ovi_scores_mcq_by_rule_and_leaves_open_items_to_the_judge() -> None:
     assert OVI.score("A (Correction)", _ovi_meta()) == {"ma": 0.0, "ca": 1.0}
     # Open-ended items wait for the judge: no scores, never zeros.
     assert OVI.score("I stop here.", _ovi_meta("open")) == {}
-    assert OVI.judged_metrics(_ovi_meta("open")) == ["iac", "tfs", "ves", "ifa", "cfs", "ccs"]
+    assert OVI.judged_metrics(_ovi_meta("open")) == ["iac", "tfs", "ves", "ifa", "cfs", "ccs", "ca_open"]
     assert OVI.judged_metrics(_ovi_meta()) == []
 
 
@@ -198,8 +198,8 @@ def test_judged_metrics_count_only_by_the_judge_in_use_and_the_current_rubric() 
         },
     }
     row = scored_record(OVI, record, judged_by="judge-a")
-    assert row["scores"] == {"iac": 1.0, "cfs": 4.0} and row["n_unjudged_metrics"] == 4
-    assert scored_record(OVI, record, judged_by=None)["n_unjudged_metrics"] == 6  # no judge: all unjudged
+    assert row["scores"] == {"iac": 1.0, "cfs": 4.0} and row["n_unjudged_metrics"] == 5
+    assert scored_record(OVI, record, judged_by=None)["n_unjudged_metrics"] == 7  # no judge: all unjudged
     narrowed = scored_record(OVI, record, judged_by="judge-a", wanted=["iac", "tfs"])
     assert narrowed["scores"] == {"iac": 1.0} and narrowed["n_unjudged_metrics"] == 1
 

@@ -14,3 +14,6 @@ BENCHMARKS: dict[str, Benchmark] = {
     "v2p_shuffled": V2P_SHUFFLED,
     "v2p_text_prompt": V2P_TEXT_PROMPT,
 }
+
+# How each benchmark's overall values are taken, for eval.summary.build_summary.
+WEIGHTING = {name: bench.weighting for name, bench in BENCHMARKS.items() if bench.weighting}

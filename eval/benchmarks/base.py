@@ -40,6 +40,10 @@ def _never_simulated(meta: Meta, cfg: EvalConfig) -> bool:
     return False
 
 
+def _no_notes(cfg: EvalConfig) -> dict[str, str]:
+    return {}
+
+
 @dataclass(frozen=True)
 class Benchmark:
     """One benchmark.
@@ -57,11 +61,15 @@ class Benchmark:
             of every cache key).
         headline: the metrics printed when a run ends.
         category_order: category -> its values in the order reports list them (others sorted after).
+        weighting: ``(category, value -> weight)``: overall values are the weighted means of that
+            category's per-value means, as the benchmark's paper aggregates; None: plain means over items.
         load: ``cfg -> items`` of a benchmark read from a release directory.
         source, derive: a benchmark made from another one's (media-checked) items instead:
             ``derive(items of source, cfg) -> Derived``. Exactly one of ``load`` and ``derive`` is set.
         judged_metrics: ``meta -> metrics`` an LLM judge scores for the item (``eval/rubrics.py``).
         simulated: ``(meta, cfg) -> whether the item runs the OVIBench interruption simulation``.
+        notes: ``cfg -> what the summary and report say about how the numbers were made`` (a protocol that
+            is not the paper's, say); ``logged_as`` among them renames the benchmark's W&B keys.
     """
 
     name: str
@@ -73,11 +81,13 @@ class Benchmark:
     settings: Callable[[EvalConfig], dict[str, Any]]
     headline: tuple[str, ...] = ()
     category_order: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    weighting: tuple[str, dict[str, float]] | None = None
     load: Callable[[EvalConfig], list[Sample]] | None = None
     source: str | None = None
     derive: Callable[[list[Sample], EvalConfig], Derived] | None = None
     judged_metrics: Callable[[Meta], list[str]] = _no_judged_metrics
     simulated: Callable[[Meta, EvalConfig], bool] = _never_simulated
+    notes: Callable[[EvalConfig], dict[str, str]] = _no_notes
 
     def __post_init__(self) -> None:
         if (self.load is None) == (self.derive is None) or (self.derive is None) != (self.source is None):

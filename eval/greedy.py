@@ -1,0 +1,126 @@
+"""Greedy decoding of one conversation with explicit positions and one key/value cache (batch of one).
+
+The OVIBench interruption simulation (``eval.ovi_simulation``) encodes a prompt, decodes the model's
+answer, appends a turn to the same cache and decodes again; positions are passed on every forward, so a
+cached continuation and a re-encoding see identical ids. Under ZeRO-3 several ranks decode in step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core import distributed
+from models.chat import VideoChatAdapter
+
+_GRID_KEYS = ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")  # what get_rope_index reads
+# Media placeholders are never text: fed back as part of an answer they would be taken for a media slot.
+_PLACEHOLDER_ATTRS = (
+    "image_token_id",
+    "video_token_id",
+    "vision_start_token_id",
+    "vision_end_token_id",
+    "image_token_index",  # LLaVA-style configs
+    "video_token_index",
+)
+
+
+class GreedyDecoder:
+    """Greedy decoding with explicit positions and one key/value cache (batch of one)."""
+
+    def __init__(self, model, adapter: VideoChatAdapter):
+        self.model = model
+        self.device = model.device
+        self.cache = None
+        self.next_position = 0  # the (text) position of the next token fed
+        self._rope_index = _find_rope_index(model)
+        self.eos_ids = _stop_ids(model, adapter)
+        suppressed = [getattr(model.config, name, None) for name in _PLACEHOLDER_ATTRS]
+        self.suppressed = torch.tensor([i for i in suppressed if i is not None], dtype=torch.long)
+
+    def positions(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Position ids of every token of ``batch`` (a whole conversation from its first token).
+
+        Returns:
+            ``(3, 1, length)`` multimodal RoPE ids from the model's ``get_rope_index``, or ``(1, length)``
+            plain ids for a model without one.
+        """
+        ids = batch["input_ids"]
+        if self._rope_index is None:
+            return torch.arange(ids.shape[1], device=ids.device)[None]
+        grids = {k: batch[k] for k in _GRID_KEYS if k in batch}
+        positions, _ = self._rope_index(ids, mm_token_type_ids=batch["mm_token_type_ids"], **grids)
+        return positions
+
+    def encode(self, batch: dict[str, torch.Tensor], positions: torch.Tensor, cache) -> torch.Tensor:
+        """Run ``batch`` through the model on top of ``cache`` (None: from scratch); last-token logits."""
+        inputs = {k: v for k, v in batch.items() if k not in ("attention_mask", "mm_token_type_ids")}
+        out = self.model(**inputs, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
+        self.cache = out.cache
+        # Text continues from the last token's position, as get_rope_index places text (chunks end in
+        # text). Not from the largest id so far, as generate's rope_deltas do: under the installed
+        # get_rope_index a video's temporal ids may run past the text that follows it, and then the two
+        # disagree; ids of decoded tokens must equal the ids the same tokens get when re-encoded.
+        self.next_position = int(positions[..., -1].max()) + 1
+        return out.logits[:, -1]
+
+    def decode(self, logits: torch.Tensor, limit: int, synced: bool = False) -> tuple[list[int], bool]:
+        """Up to ``limit`` greedy tokens from ``logits`` on; whether an end-of-turn token stopped it.
+
+        The last token returned is not fed to the model (a caller continuing from the cache feeds it).
+        ``synced``: keep stepping (idle) until every rank is done, as ``generate(synced_gpus=True)`` does.
+        """
+        tokens: list[int] = []
+        stopped, done = False, limit <= 0
+        while True:
+            if not done:
+                if len(self.suppressed):
+                    logits = logits.index_fill(-1, self.suppressed.to(logits.device), float("-inf"))
+                token = int(logits.argmax(-1))  # the first of equal maxima, as Hugging Face's greedy search
+                stopped = token in self.eos_ids
+                if not stopped:
+                    tokens.append(token)
+                done = stopped or len(tokens) >= limit
+            if synced and not distributed.all_true(done):
+                logits = self._idle() if done else self._step(token)
+            elif done:
+                return tokens, stopped
+            else:
+                logits = self._step(token)
+
+    def _idle(self) -> torch.Tensor:
+        """A forward pass that changes nothing (no cache): it runs the language model's modules as a decode
+        step does, so the weight gathers of the ranks still decoding find a partner on this one."""
+        ids = torch.zeros((1, 1), dtype=torch.long, device=self.device)
+        position = torch.zeros((3, 1, 1), dtype=torch.long, device=self.device)
+        position = position if self._rope_index is not None else position[0]
+        out = self.model(input_ids=ids, position_ids=position, use_cache=False, logits_to_keep=1)
+        return out.logits[:, -1]
+
+    def _step(self, token: int) -> torch.Tensor:
+        """Feed one token at the next text position (the same on all three RoPE axes); its logits."""
+        ids = torch.tensor([[token]], device=self.device)
+        position = torch.full((3, 1, 1), self.next_position, device=self.device)
+        if self._rope_index is None:
+            position = position[0]
+        out = self.model(
+            input_ids=ids, position_ids=position, cache=self.cache, use_cache=True, logits_to_keep=1
+        )
+        self.cache = out.cache
+        self.next_position += 1
+        return out.logits[:, -1]
+
+
+def _stop_ids(model, adapter: VideoChatAdapter) -> set[int]:
+    """Where greedy decoding stops: the generation config's end tokens and the tokenizer's (end of turn)."""
+    ids = model.generation_config.eos_token_id
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    tokenizer_eos = adapter.processor.tokenizer.eos_token_id
+    return {*ids, *([] if tokenizer_eos is None else [tokenizer_eos])}
+
+
+def _find_rope_index(model):
+    """The model's multimodal ``get_rope_index`` (it sits on the inner model, under any PEFT wrapper)."""
+    for module in model.modules():
+        if callable(getattr(module, "get_rope_index", None)):
+            return module.get_rope_index
+    return None
