@@ -152,7 +152,7 @@ class EvalConfig:
     input_order: InputOrder = InputOrder.official
     limit: int | None = None  # evaluate only the first N items of each benchmark
     batch_size: int = 16
-    max_new_tokens: int = 16  # multiple-choice answers ("B (Correction)") and V2P letters
+    max_new_tokens: int = 64  # V2P letters and OVI multiple-choice answers ("B (Correction)"); V2P's official
     max_new_tokens_open: int = 128  # open-ended OVIBench reactions (batched apart, so MCQ batches stay short)
     ovi_protocol: OviProtocol = OviProtocol.simulated  # the paper's; teacher_forced is a cheaper proxy
     bootstrap_resamples: int = 2000

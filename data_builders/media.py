@@ -27,7 +27,7 @@ from data_builders.sample import Sample
 
 # Qwen-VL style models see frames as 14-px patches merged 2x2, so sides are multiples of 28.
 PATCH_GRID = 28
-SPEC_VERSION = 1
+SPEC_VERSION = 2  # 2: frames resized as the Qwen-VL processors round (smart_resize), with a minimum
 
 
 class Decoder(Choice):
@@ -47,8 +47,11 @@ class MediaSpec:
         fps: sampling rate in frames per second (bounded by ``max_frames``), used when ``num_frames`` is None.
         max_frames: upper bound on frames per span.
         min_frames: lower bound on frames per span (Qwen-VL groups frames in pairs, so keep it even).
-        max_pixels: pixel budget per video frame (height * width after resizing).
-        image_max_pixels: pixel budget per still image (visual-prompt frames).
+        min_pixels, max_pixels: pixel range of a video frame after resizing (height * width), resized as
+            the Qwen-VL processors resize (:func:`smart_resize`).
+        image_min_pixels, image_max_pixels: pixel range of a still image (a visual-prompt frame): its own
+            budget, as V2P-Bench's official script gives the prompt frame the processor's limits while it
+            shrinks the video.
         timeout_s: a decode that takes longer is killed (with its worker process) and the video
             quarantined.
     """
@@ -58,7 +61,9 @@ class MediaSpec:
     fps: float | None = None
     max_frames: int = 64
     min_frames: int = 2
+    min_pixels: int = PATCH_GRID**2
     max_pixels: int = 84 * 84
+    image_min_pixels: int = PATCH_GRID**2
     image_max_pixels: int = 84 * 84
     timeout_s: float = 60.0
 
@@ -66,8 +71,11 @@ class MediaSpec:
         self.decoder = Decoder(self.decoder)  # a spec built in code may name it as a string
         if self.num_frames is None and self.fps is None:
             raise ValueError("media: set num_frames or fps")
-        if self.max_pixels < PATCH_GRID**2 or self.image_max_pixels < PATCH_GRID**2:
-            raise ValueError(f"media: pixel budgets must be at least {PATCH_GRID**2}")
+        for low, high in ((self.min_pixels, self.max_pixels), (self.image_min_pixels, self.image_max_pixels)):
+            if not PATCH_GRID**2 <= low <= high:
+                raise ValueError(
+                    f"media: pixel ranges must satisfy {PATCH_GRID**2} <= min <= max, got {low}, {high}"
+                )
         if self.timeout_s <= 0:
             raise ValueError(f"media.timeout_s must be positive, got {self.timeout_s}")
 
@@ -96,17 +104,26 @@ class Clip:
         return {"fps": self.fps, "total_num_frames": self.span_frames, "frames_indices": self.indices}
 
 
-def fit_to_budget(height: int, width: int, max_pixels: int) -> tuple[int, int]:
-    """The largest (h, w), multiples of the patch grid, that keep the aspect ratio within max_pixels."""
-    scale = min(1.0, math.sqrt(max_pixels / (height * width)))
-    h = max(PATCH_GRID, int(height * scale) // PATCH_GRID * PATCH_GRID)
-    w = max(PATCH_GRID, int(width * scale) // PATCH_GRID * PATCH_GRID)
+def smart_resize(height: int, width: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """The (h, w) a Qwen-VL processor resizes an image to: each side rounded to the nearest multiple of the
+    patch grid, then scaled down (rounding down) to fit ``max_pixels`` or up (rounding up) to reach
+    ``min_pixels``, keeping the aspect ratio. Resizing to it here makes the processor's own resize a
+    no-op, and a frame comes out as the official pipelines make it (720p at 336*336: 252 x 448)."""
+    grid = PATCH_GRID
+    h, w = max(grid, round(height / grid) * grid), max(grid, round(width / grid) * grid)
+    if h * w > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        h = max(grid, math.floor(height / beta / grid) * grid)
+        w = max(grid, math.floor(width / beta / grid) * grid)
+    elif h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h, w = math.ceil(height * beta / grid) * grid, math.ceil(width * beta / grid) * grid
     return h, w
 
 
-def resize_frames(frames: np.ndarray, max_pixels: int) -> np.ndarray:
-    """Resize uint8[T, H, W, 3] frames to the pixel budget (bicubic)."""
-    h, w = fit_to_budget(frames.shape[1], frames.shape[2], max_pixels)
+def resize_frames(frames: np.ndarray, min_pixels: int, max_pixels: int) -> np.ndarray:
+    """Resize uint8[T, H, W, 3] frames to :func:`smart_resize`'s size (bicubic)."""
+    h, w = smart_resize(frames.shape[1], frames.shape[2], min_pixels, max_pixels)
     if (h, w) == frames.shape[1:3]:
         return frames
     return np.stack([np.asarray(Image.fromarray(f).resize((w, h), Image.BICUBIC)) for f in frames])
@@ -154,7 +171,7 @@ def decode_clip(path: str, start: float, end: float, spec: MediaSpec) -> Clip:
     """Decode the spec's frames of a span in this process, resized to the pixel budget (no time bound:
     the decode worker runs this in its child, which the caller can kill)."""
     clip = _DECODERS[spec.decoder](path, start, end, spec)
-    clip.frames = resize_frames(clip.frames, spec.max_pixels)
+    clip.frames = resize_frames(clip.frames, spec.min_pixels, spec.max_pixels)
     return clip
 
 
@@ -189,17 +206,18 @@ def load_image(path: str | Path, spec: MediaSpec) -> np.ndarray:
         stat = os.stat(path)
     except OSError as exc:
         raise DecodeError(path, f"cannot read image: {exc}") from exc
-    return _load_image(path, stat.st_size, stat.st_mtime_ns, spec.image_max_pixels).copy()
+    budget = (spec.image_min_pixels, spec.image_max_pixels)
+    return _load_image(path, stat.st_size, stat.st_mtime_ns, budget).copy()
 
 
 @functools.lru_cache(maxsize=4096)
-def _load_image(path: str, size: int, mtime_ns: int, max_pixels: int) -> np.ndarray:
+def _load_image(path: str, size: int, mtime_ns: int, budget: tuple[int, int]) -> np.ndarray:
     try:
         with Image.open(path) as img:
             array = np.asarray(img.convert("RGB"))
     except (OSError, ValueError) as exc:
         raise DecodeError(path, f"cannot read image: {exc}") from exc
-    image = resize_frames(array[None], max_pixels)[0]
+    image = resize_frames(array[None], *budget)[0]
     image.flags.writeable = False
     return image
 

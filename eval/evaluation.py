@@ -186,7 +186,7 @@ class Evaluation:
 
     def generation_settings(self) -> dict[str, Any]:
         """How answers are generated, over every benchmark of the run (recorded in the summary)."""
-        settings: dict[str, Any] = {"do_sample": False}
+        settings: dict[str, Any] = {"do_sample": False, "dtype": str(resolve_dtype(self.cfg.model.dtype))}
         for suite in self.suites.values():
             settings.update(suite.bench.settings(self.cfg.eval))
         return settings

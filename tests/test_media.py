@@ -12,8 +12,8 @@ from data_builders.media import (
     MediaSpec,
     decode_clip,
     decode_span,
-    fit_to_budget,
     sample_indices,
+    smart_resize,
 )
 from data_builders.video_io import write_mp4
 
@@ -38,10 +38,49 @@ def test_fps_sampling_is_bounded_by_max_frames():
     assert len(sample_indices(32, 8.0, 0.0, 4.0, MediaSpec(num_frames=None, fps=8.0, max_frames=6))) == 6
 
 
-def test_fit_to_budget_keeps_patch_grid_multiples():
-    assert fit_to_budget(112, 112, 84 * 84) == (84, 84)
-    h, w = fit_to_budget(480, 640, 336 * 336)
-    assert h % 28 == 0 and w % 28 == 0 and h * w <= 336 * 336
+@pytest.mark.parametrize("height", [37, 112, 360, 719, 1080, 2160])
+@pytest.mark.parametrize("width", [28, 112, 501, 640, 1280, 3840])
+@pytest.mark.parametrize(
+    "budget",
+    [(28 * 28, 84 * 84), (100352, 336 * 336), (256 * 28 * 28, 8192 * 28 * 28), (3136, 12845056)],
+    ids=["tiny", "v2p_video", "v2p_prompt_frame", "qwen2.5_vl_default"],
+)
+def test_frames_are_resized_exactly_as_the_qwen_processor_resizes(height, width, budget):
+    """Our decode-time resize rounds as transformers' Qwen2-VL image processor does, so the processor's
+    own resize is a no-op and a frame has the size (and token count) the official pipeline gives it."""
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize as processor_resize
+
+    low, high = budget
+    if max(height, width) / min(height, width) > 200:
+        return
+    expected = processor_resize(height, width, factor=28, min_pixels=low, max_pixels=high)
+    assert smart_resize(height, width, low, high) == expected
+    # The released Qwen2.5-VL processor (3136 ... 12845056 px) then leaves a frame in its range as it is.
+    if expected[0] * expected[1] >= 3136:
+        assert processor_resize(*expected, factor=28, min_pixels=3136, max_pixels=12845056) == expected
+
+
+def test_the_prompt_frame_gets_the_tokens_the_official_script_gives_it(compose, tmp_path):
+    """media=qwen_64f: the visual-prompt frame keeps the processor limits the official V2P script sets
+    (256*28*28 ... 8192*28*28 px): a 720p frame is 728 x 1288, 1196 tokens, as the official pipeline makes
+    it; the released processor leaves it so. (A cap like a video frame's gave it 336 tokens.)"""
+    from PIL import Image
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+
+    raw = np.random.default_rng(0).integers(0, 255, (720, 1280, 3), dtype=np.uint8)
+    Image.fromarray(raw).save(tmp_path / "vp.png")
+    official = Qwen2VLImageProcessor(min_pixels=256 * 28 * 28, max_pixels=8192 * 28 * 28)
+    released = Qwen2VLImageProcessor(min_pixels=3136, max_pixels=12845056)  # Qwen2.5-VL-7B's config
+    spec = compose("train", "media=qwen_64f").media
+    ours = media.load_image(tmp_path / "vp.png", spec)
+    grid = released(images=[ours], return_tensors="pt")["image_grid_thw"]
+    assert grid.tolist() == official(images=[raw], return_tensors="pt")["image_grid_thw"].tolist()
+    assert ours.shape[:2] == (728, 1288) and int(grid.prod()) // 4 == 1196
+
+
+def test_720p_at_the_official_video_budget_keeps_its_tokens():
+    # A floor after a float multiply gave 224 x 448, 11% fewer visual tokens than the official 252 x 448.
+    assert smart_resize(720, 1280, 100352, 336 * 336) == (252, 448)
 
 
 def test_decode_span_reads_the_sampled_frames_resized(video):

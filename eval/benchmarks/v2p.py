@@ -100,7 +100,7 @@ CATEGORY_ORDER = {
 
 V2P = Benchmark(
     name="v2p",
-    version=1,
+    version=2,  # 2: the prompt frame's own pixel budget, frames resized as the processor rounds, 64 tokens
     title="V2P-Bench",
     load=load,
     score=score,
