@@ -9,6 +9,7 @@ A training run and its evaluation (inline, by the watcher, or by ``python -m eva
     <run_dir>/quarantine_<name>.json  items left out because their media could not be decoded
     <run_dir>/eval/models.json        (name, step) of every model evaluated, the baseline first
     <run_dir>/eval/<model>/<benchmark>.jsonl   per-item predictions, appended as they are made
+    <run_dir>/eval/<model>/settings.json       what they were made under, per benchmark
     <run_dir>/summary.json, report.md the comparison of every model with the baseline
     <run_dir>/parameters.json, deepspeed.json, metrics.jsonl, wandb/
 
@@ -147,6 +148,10 @@ class RunDir:
     def results_file(self, model: str, benchmark: str) -> Path:
         """The per-item predictions of one model on one benchmark."""
         return self.eval_dir / model / f"{benchmark}.jsonl"
+
+    def settings_file(self, model: str) -> Path:
+        """What a model's predictions were made under, per benchmark (``eval compare`` checks them)."""
+        return self.eval_dir / model / "settings.json"
 
     @property
     def models_file(self) -> Path:

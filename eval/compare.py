@@ -52,6 +52,32 @@ def load_model_results(directory: str | Path) -> dict[str, list[dict]]:
     return results
 
 
+# What may differ between two models compared: the chat format is the family's own.
+_MAY_DIFFER = ("chat_format", "setting")
+
+
+def mismatches(first: Path, second: Path) -> list[str]:
+    """What the two models' predictions were made under differently, per benchmark both evaluated: a
+    benchmark version, generation settings, the OVI protocol, the media spec or the dtype. Chat formats may
+    differ (two families compared). Results without a record of their settings (older runs) are named."""
+    made_with = [_settings(directory) for directory in (first, second)]
+    if not all(made_with):
+        missing = [str(d) for d, found in zip((first, second), made_with, strict=True) if not found]
+        return [f"no record of the settings of {', '.join(missing)} (evaluated before they were kept)"]
+    found = []
+    for bench in sorted(made_with[0].keys() & made_with[1].keys()):
+        a, b = made_with[0][bench], made_with[1][bench]
+        for key in sorted((a.keys() | b.keys()) - set(_MAY_DIFFER)):
+            if a.get(key) != b.get(key):
+                found.append(f"{bench}: {key} {a.get(key)!r} vs {b.get(key)!r}")
+    return found
+
+
+def _settings(directory: Path) -> dict | None:
+    path = directory / "settings.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def scored(results: dict[str, list[dict]]) -> dict[str, list[dict]]:
     """Records scored afresh; judged metrics as their records' judge scored them."""
     return {
@@ -75,18 +101,36 @@ def compare(
     *,
     n_resamples: int = 2000,
     logger: MetricLogger | None = None,
+    allow_mismatch: bool = False,
 ) -> dict:
-    """Paired comparison of two models' results; writes and returns the summary, logs to ``logger``."""
+    """Paired comparison of two models' results; writes and returns the summary, logs to ``logger``.
+
+    Raises:
+        DataError: the two were evaluated under different settings (``mismatches``), unless
+            ``allow_mismatch``: the summary and report then say so in bold.
+    """
     first, second = Path(first), Path(second)
+    results = [load_model_results(first), load_model_results(second)]
+    different = mismatches(first, second)
+    if different and not allow_mismatch:
+        listed = "\n  ".join(different)
+        raise DataError(
+            str(second),
+            f"not comparable with {first}:\n  {listed}\n(evaluate both under the same settings, or pass "
+            "--allow-mismatch to compare anyway, flagged in every output)",
+        )
     labels = [model_label(first), model_label(second)]
     if labels[0] == labels[1]:
         labels = [f"{labels[0]} (first)", f"{labels[1]} (second)"]
-    results = [load_model_results(first), load_model_results(second)]
     rows = [scored(results[0]), scored(results[1])]
     summary = build_summary(
         rows[0],
         [(labels[1], 0, rows[1])],
-        {"compared": {"first": str(first), "second": str(second)}, "reference": labels[0]},
+        {
+            "compared": {"first": str(first), "second": str(second)},
+            "reference": labels[0],
+            **({"not_comparable": different} if different else {}),
+        },
         n_resamples=n_resamples,
         weighting=WEIGHTING,
     )
@@ -154,6 +198,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples per comparison")
     parser.add_argument("--wandb", choices=WANDB_MODES, default="auto", help="auto: online with a key")
     parser.add_argument("--project", default="vlm-interact", help="W&B project")
+    parser.add_argument(
+        "--allow-mismatch", action="store_true", help="compare models evaluated under different settings"
+    )
     args = parser.parse_args(argv)
 
     def work() -> None:
@@ -163,7 +210,14 @@ def main(argv: list[str] | None = None) -> None:
         enabled = args.wandb != "disabled"
         logger = make_logger(enabled, args.wandb, args.project, None, out, f"compare-{out.name}", config)
         try:
-            compare(args.first, args.second, out, n_resamples=args.resamples, logger=logger)
+            compare(
+                args.first,
+                args.second,
+                out,
+                n_resamples=args.resamples,
+                logger=logger,
+                allow_mismatch=args.allow_mismatch,
+            )
         finally:
             logger.finish()
         print(f"report: {out / 'report.md'}")

@@ -24,7 +24,7 @@ from core.config import EvalConfig, RunConfig
 from core.metric_logging import MetricLogger
 from core.rundir import RunDir
 from data_builders.errors import ConfigError
-from data_builders.files import JsonlStore
+from data_builders.files import JsonlStore, write_json_atomic
 from data_builders.media import FrameCache, MediaSpec, check_media
 from data_builders.sample import Sample
 from eval.benchmarks import BENCHMARKS
@@ -46,9 +46,14 @@ class Suite:
 
     bench: Benchmark
     samples: list[Sample]
-    setting: str  # digest of everything but the weights that changes a prediction (eval.generation)
+    made_with: dict[str, Any]  # everything but the weights that changes a prediction, readable
     items: dict[str, str] = field(default_factory=dict)  # item id -> fingerprint
     info: dict[str, Any] = field(default_factory=dict)  # a derived benchmark's account of its items
+
+    @property
+    def setting(self) -> str:
+        """The digest every result record is stamped with (eval.generation)."""
+        return _digest(self.made_with)
 
 
 class Evaluation:
@@ -110,6 +115,10 @@ class Evaluation:
             model.train(was_training)
         summary: dict = {}
         if main:
+            made_with = {
+                bench: {**suite.made_with, "setting": suite.setting} for bench, suite in self.suites.items()
+            }
+            write_json_atomic(self.run_dir.settings_file(name), made_with, indent=2)
             self.run_dir.add_model(name, step)
             summary = self.write_summary()
             is_baseline = name == self.run_dir.models()[0][0]
@@ -144,6 +153,23 @@ class Evaluation:
             found[bench] = [records[s.id] for s in suite.samples if s.id in records]
         return found
 
+    def not_comparable(self, name: str) -> dict[str, str]:
+        """Per benchmark, what a model's stored results hold that today's settings do not cover (made under
+        another benchmark version, generation, media spec, chat format or dtype, or for items since
+        changed): they are left out of every comparison, and the summary says so."""
+        found = {}
+        for bench, suite in self.suites.items():
+            store = JsonlStore(self.run_dir.results_file(name, bench))
+            current = current_records(store, suite.samples, suite.setting, suite.items)
+            ids = {sample.id for sample in suite.samples}
+            other = [i for i in store.read() if i in ids and i not in current]
+            if other:
+                found[bench] = (
+                    f"{len(other)} item(s) of {name} were evaluated under other settings or for changed "
+                    "items and are left out: evaluate the model again to compare it"
+                )
+        return found
+
     def scored(self, results: dict[str, list[dict]]) -> dict[str, list[dict]]:
         """Records per benchmark (``results``), scored."""
         identity, wanted = self.judging.identity, self.cfg.judge.metrics
@@ -168,13 +194,16 @@ class Evaluation:
             labelled = {("baseline" if i == 0 else name): scored[name] for i, (name, _) in enumerate(models)}
             extra["diagnostics"] = summary_entry(derived, labelled, self.cfg.media)
         described = {
-            name: {
+            bench: {
                 "version": suite.bench.version,
                 "settings": suite.bench.settings(self.cfg.eval),
                 **suite.bench.notes(self.cfg.eval),
             }
-            for name, suite in self.suites.items()
+            for bench, suite in self.suites.items()
         }
+        for name, _ in models:
+            for bench, why in self.not_comparable(name).items():
+                described[bench].setdefault("not_comparable", {})[name] = why
         return write_summary(
             self.run_dir, models, scored, extra, self.cfg.eval.bootstrap_resamples, described
         )
@@ -224,22 +253,18 @@ def load_suites(
     suites: dict[str, Suite] = {}
     for name in sorted(cfg.benchmarks, key=lambda n: BENCHMARKS[n].source is not None):  # sources first
         bench = BENCHMARKS[name]
-        setting = _digest({"benchmark": name, "version": bench.version, **common, **bench.settings(cfg)})
+        made_with = {"benchmark": name, "version": bench.version, **common, **bench.settings(cfg)}
         if bench.source is None:
             samples = bench.load(cfg)
             samples, bad = check_media(
                 samples[: cfg.limit] if cfg.limit else samples, media, cache, desc=name
             )
             run_dir.write_quarantine(f"eval_{name}", bad)
-            suites[name] = Suite(bench, samples, setting)
+            suites[name] = Suite(bench, samples, made_with)
             continue
-        if bench.source not in suites:
-            raise ConfigError(
-                f"eval.benchmarks: {name} is made from {bench.source}'s items: add {bench.source}"
-            )
         derived = bench.derive(suites[bench.source].samples, cfg)
         info = {**derived.info, "n_items": len(derived.samples)}
-        suites[name] = Suite(bench, derived.samples, setting, info=info)
+        suites[name] = Suite(bench, derived.samples, made_with, info=info)
     for suite in suites.values():
         suite.items = {sample.id: item_fingerprint(sample) for sample in suite.samples}
     order = {name: i for i, name in enumerate(cfg.benchmarks)}

@@ -24,7 +24,15 @@ from eval.rubrics import METRICS as JUDGED_METRICS
 from eval.summary import is_graded
 
 # Top-level summary keys rendered elsewhere than in the settings list.
-_STRUCTURAL_KEYS = ("baseline", "checkpoints", "benchmarks", "quarantine", "diagnostics", "reference")
+_STRUCTURAL_KEYS = (
+    "baseline",
+    "checkpoints",
+    "benchmarks",
+    "quarantine",
+    "diagnostics",
+    "reference",
+    "not_comparable",
+)
 _MISSING = "–"
 
 
@@ -36,6 +44,8 @@ def render_report(summary: dict[str, Any], figures: dict[str, str] | None = None
         figures: benchmark -> an image path relative to the report, shown in that benchmark's section.
     """
     lines = ["# Evaluation report", "", _checkpoint_line(summary), ""]
+    for why in summary.get("not_comparable", []):
+        lines += [f"**NOT COMPARABLE: the two models were evaluated under different settings: {why}**", ""]
     lines += _settings_section(summary)
     lines += _diagnostics_section(summary)
     for benchmark, entry in summary["benchmarks"].items():
@@ -203,6 +213,8 @@ def _status_line(summary: dict[str, Any], benchmark: str, entry: dict[str, Any],
         parts.append(f"protocol: {entry['protocol']}")
     if entry.get("aggregation"):
         parts.append(f"overall values: {entry['aggregation']}")
+    for why in entry.get("not_comparable", {}).values():
+        parts.append(f"**NOT COMPARABLE: {why}**")
     return " · ".join(parts)
 
 

@@ -11,11 +11,26 @@ import pytest
 
 from eval.compare import compare, paired_rows
 
+SETTINGS = {
+    "v2p": {
+        "benchmark": "v2p",
+        "version": 2,
+        "media": "m1",
+        "chat_format": "c1",
+        "dtype": "float32",
+        "max_new_tokens": 64,
+        "input_order": "official",
+        "setting": "s1",
+    }
+}
 
-def _write(directory, correct):
+
+def _write(directory, correct, **made_with):
     """V2P predictions, right (``A``) or wrong (``B``) as ``correct`` says, half on dimension OA (1), half
-    on OD (3); they are scored afresh when compared."""
+    on OD (3); they are scored afresh when compared. ``made_with`` changes their recorded settings."""
     directory.mkdir(parents=True)
+    settings = {"v2p": {**SETTINGS["v2p"], **made_with}}
+    (directory / "settings.json").write_text(json.dumps(settings))
     rows = [
         {
             "id": f"q{i}",
@@ -43,6 +58,24 @@ def test_second_minus_first_with_paired_interval_and_mcnemar(tmp_path):
     assert point["mcnemar_p"] == pytest.approx(2 * 0.5**15)  # 15 discordant pairs, all one way
     assert "accuracy/dimension/OA" in summary["benchmarks"]["v2p"]["metrics"]
     assert (tmp_path / "out" / "report.md").exists() and (tmp_path / "out" / "summary.json").exists()
+
+
+def test_models_evaluated_under_other_settings_are_refused_or_flagged(tmp_path):
+    from data_builders.errors import DataError
+
+    _write(tmp_path / "a", [0] * 10)
+    _write(tmp_path / "b", [1] * 10, media="m2", chat_format="c2", setting="s2")  # another media spec
+    with pytest.raises(DataError, match="(?s)not comparable.*v2p: media 'm1' vs 'm2'"):
+        compare(tmp_path / "a", tmp_path / "b", tmp_path / "out")
+    summary = compare(tmp_path / "a", tmp_path / "b", tmp_path / "out", allow_mismatch=True)
+    assert summary["not_comparable"] == ["v2p: media 'm1' vs 'm2'"]  # the chat format may differ
+    assert "**NOT COMPARABLE" in (tmp_path / "out" / "report.md").read_text()
+    _write(tmp_path / "c", [1] * 10, version=1)  # an older benchmark version
+    with pytest.raises(DataError, match="version 2 vs 1"):
+        compare(tmp_path / "a", tmp_path / "c", tmp_path / "out")
+    (tmp_path / "c" / "settings.json").unlink()
+    with pytest.raises(DataError, match="no record of the settings"):
+        compare(tmp_path / "a", tmp_path / "c", tmp_path / "out")
 
 
 def test_missing_results_is_one_line_error(tmp_path):
