@@ -6,8 +6,10 @@ Layout under ``root``::
     v2p_sft/       ovi_train/         training sets (HF datasets under hf/, JSONL, stats.md)
     v2p_bench/v2p/ ovibench/          evaluation sets in the benchmarks' own formats
 
-Training and evaluation use disjoint videos (different world seeds). A finished build writes
-``build.json`` last; a build whose ``build.json`` matches the config is reused as is.
+Training and evaluation use disjoint videos (different world seeds), and OVI-Train and the OVIBench
+twin disjoint interruption wording (the training and evaluation phrase banks,
+:mod:`data_builders.phrasings`). A finished build writes ``build.json`` last; a build whose
+``build.json`` matches the config is reused as is.
 """
 
 from __future__ import annotations
@@ -21,10 +23,13 @@ from pathlib import Path
 from data_builders.cli_config import OviTrainBuild, SyntheticDataConfig, VpSftBuild
 from data_builders.errors import SettingError
 from data_builders.files import write_json_atomic
+from data_builders.phrasings import PHRASINGS_VERSION, PhraseBank
 
 # Part of the build hash: bump it when the builders' output changes for the same config, so
-# existing builds are redone rather than reused. 2: OVI rows from the synthetic world say so.
-BUILDER_VERSION = 3
+# existing builds are redone rather than reused. 2: OVI rows from the synthetic world say so. 4: OVI
+# interruptions at least 1 s after the question (past the video's end if need be), visual evidence,
+# disjoint phrase banks for OVI-Train and the OVIBench twin; all 8 prompt shapes by default.
+BUILDER_VERSION = 4
 
 
 @dataclass
@@ -49,6 +54,7 @@ def _paths(root: Path) -> SyntheticPaths:
 def _config_hash(cfg: SyntheticDataConfig) -> str:
     fields = {k: v for k, v in asdict(cfg).items() if k != "root"}
     fields["builder_version"] = BUILDER_VERSION
+    fields["phrasings_version"] = PHRASINGS_VERSION
     return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -99,7 +105,8 @@ def _build_synthetic(cfg: SyntheticDataConfig) -> SyntheticPaths:
     for split, out in (("train", root / "v2p_sft"), ("eval", root / "v2p_bench")):
         build_vp_sft(_vp_sft_build(cfg, worlds[split], out, seed=cfg.seed + (split == "eval")))
     for split, out in (("train", root / "ovi_train"), ("eval", root / "ovibench")):
-        build_ovi_train(_ovi_train_build(cfg, worlds[split], out, seed=cfg.seed + (split == "eval")))
+        seed, bank = cfg.seed + (split == "eval"), PhraseBank(split)
+        build_ovi_train(_ovi_train_build(cfg, worlds[split], out, seed=seed, phrase_bank=bank))
     write_json_atomic(marker, {"config_hash": config_hash, "config": asdict(cfg)}, indent=2)
     return _paths(root)
 
@@ -114,13 +121,16 @@ def _vp_sft_build(cfg: SyntheticDataConfig, world: Path, out: Path, *, seed: int
     )
 
 
-def _ovi_train_build(cfg: SyntheticDataConfig, world: Path, out: Path, *, seed: int) -> OviTrainBuild:
+def _ovi_train_build(
+    cfg: SyntheticDataConfig, world: Path, out: Path, *, seed: int, phrase_bank: PhraseBank
+) -> OviTrainBuild:
     return OviTrainBuild(
         captions=str(world / "activitynet_captions.json"),
         videos=str(world / "videos"),
         out=str(out),
         seed=seed,
         mix=list(cfg.ovi_mix),
+        phrase_bank=phrase_bank,
         # The captions are in ActivityNet's format, but the videos are the synthetic world's.
         source="synthetic",
     )

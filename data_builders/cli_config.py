@@ -18,6 +18,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from data_builders.choice import Choice
+from data_builders.phrasings import PhraseBank
 from data_builders.qc import QcConfig
 from data_builders.questions import QuestionConfig
 from data_builders.visual_prompts import DEFAULT_SHAPES, PromptShape
@@ -91,6 +92,12 @@ class OviTrainBuild:
     # each instance is written once per form
     forms: list[ItemForm] = field(default_factory=lambda: [ItemForm.open, ItemForm.mcq])
     words_per_second: float = 2.5  # speaking rate that times the interruption
+    # the interruption comes at least this long after the question (3 answer tokens at the offline
+    # simulation's 3 tokens/s), unless the whole answer is shorter; it may come after the video's end
+    min_spoken_s: float = 1.0
+    # the user's words (data_builders/phrasings.py): train for OVI-Train, eval for an OVIBench twin
+    phrase_bank: PhraseBank = PhraseBank.train
+    paraphrased_share: float = 0.25  # phrase_bank eval: share of each type in casual (OVI-Human-like) words
     format: SourceFormat = SourceFormat.activitynet  # how `captions` is read
     # the reader's options, e.g. {subset: training} (youcook2), {window_s: 10} (moviechat)
     source_options: dict[str, Any] = field(default_factory=dict)

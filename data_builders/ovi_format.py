@@ -11,7 +11,9 @@ one JSON object per line in ``<root>/ovibench.jsonl``, videos under ``<root>/vid
     question_time       t_q: the question arrives; the video is visible on [0, t_q]
     question            the user's question
     answer              the full original answer
-    interruption_time   t_i >= t_q: the user interrupts; frames (t_q, t_i] arrive with the interruption
+    interruption_time   t_i >= t_q: the user interrupts; frames (t_q, t_i] arrive with the interruption.
+                        t_i may pass the video's end (an answer can be interrupted after the last
+                        frame): the frames then stop at the duration
     partial_answer      the answer as spoken up to t_i
     interruption_type   "Cancellation" | "False Trigger" | "Correction"
     interruption        the user's interrupting utterance
@@ -20,14 +22,18 @@ one JSON object per line in ``<root>/ovibench.jsonl``, videos under ``<root>/vid
     options             mcq only: 4 candidate continuations
     answer_letter       mcq only: the letter of the right continuation
     visual_evidence     optional: a text description of the video up to t_i (shown to the LLM judge)
+    phrasing            optional: the phrase bank the interruption's words came from, "train" | "eval"
+                        | "paraphrased" (data_builders/phrasings.py)
 
 A row becomes a four-turn :class:`~data_builders.sample.Sample`: question over video [0, t_q],
-partial answer (no loss: it is given, not predicted), interruption with video (t_q, t_i], reaction
-(the target: ``"B (Correction)"`` for mcq, the reference reaction for open).
+partial answer (no loss: it is given, not predicted), interruption with video (t_q, min(t_i,
+duration)] (none when no frame is new), reaction (the target: ``"B (Correction)"`` for mcq, the
+reference reaction for open).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -45,6 +51,7 @@ MCQ_INSTRUCTION = (
     'Trigger or Correction). Reply with the letter, then the type in parentheses, e.g. "A (Correction)".'
 )
 LETTERS = "ABCD"
+PHRASINGS = ("train", "eval", "paraphrased")
 _STRINGS = (
     "id",
     "video_path",
@@ -82,9 +89,10 @@ def ovi_row_to_sample(row: dict[str, Any], root: str | Path) -> Sample:
     interruption = row["interruption"]
     if row["format"] == "mcq":
         interruption += "\n" + MCQ_INSTRUCTION + "\n" + mcq_options_text(row["options"])
-    # When the question comes at the video's end, t_i == t_q and no new frames arrive: the
-    # interruption turn then has no video part rather than an empty span.
-    new_frames = [Part.video(video, t_q, t_i)] if t_i > t_q else []
+    # Frames stop at the video's end: an interruption after it (or at t_q) brings no new frames, and
+    # its turn then has no video part rather than an empty span.
+    last_frame = min(t_i, float(row["duration"]))
+    new_frames = [Part.video(video, t_q, last_frame)] if last_frame > t_q else []
     turns = [
         Turn("user", [Part.video(video, 0.0, t_q), Part.txt(row["question"])]),
         Turn("assistant", [Part.txt(row["partial_answer"])], loss=False),
@@ -105,8 +113,9 @@ def ovi_row_to_sample(row: dict[str, Any], root: str | Path) -> Sample:
         "question_time": t_q,
         "interruption_time": t_i,
     }
-    if row.get("visual_evidence"):
-        meta["visual_evidence"] = row["visual_evidence"]
+    for optional in ("visual_evidence", "phrasing"):
+        if row.get(optional):
+            meta[optional] = row[optional]
     if row["format"] == "mcq":
         meta["answer_letter"] = row["answer_letter"]
     start, end = row["segment"]
@@ -133,6 +142,7 @@ def check_ovi_row(row: dict[str, Any], number: int) -> list[str]:
     if row["interruption_type"] not in OVI_TYPES:
         problems.append(f"{where} 'interruption_type': {row['interruption_type']!r} not in {OVI_TYPES}")
     problems += _check_times(row, where)
+    problems += _check_optional(row, where)
     if row["format"] not in FORMATS:
         problems.append(f"{where} 'format': {row['format']!r} not in {FORMATS}")
     elif row["format"] == "mcq":
@@ -145,13 +155,26 @@ def _check_times(row: dict[str, Any], where: str) -> list[str]:
     (start, end), problems = row["segment"], []
     if duration <= 0:
         problems.append(f"{where} 'duration': must be positive, got {duration}")
-    for name, value in (("question_time", t_q), ("interruption_time", t_i)):
-        if value < 0 or value > duration + _EPS:
-            problems.append(f"{where} '{name}': {value} outside the video [0, {duration}]")
-    if t_i < t_q:
+    if t_q < 0 or t_q > duration + _EPS:
+        problems.append(f"{where} 'question_time': {t_q} outside the video [0, {duration}]")
+    # No upper bound: an answer may be interrupted after the video's last frame.
+    if not math.isfinite(t_i):
+        problems.append(f"{where} 'interruption_time': {t_i} is not a finite time")
+    elif t_i < 0:
+        problems.append(f"{where} 'interruption_time': {t_i} is before the video's start")
+    elif t_i < t_q:
         problems.append(f"{where} 'interruption_time': {t_i} is before question_time {t_q}")
     if not 0 <= start <= end <= duration + _EPS:
         problems.append(f"{where} 'segment': [{start}, {end}] is negative, reversed or beyond {duration}")
+    return problems
+
+
+def _check_optional(row: dict[str, Any], where: str) -> list[str]:
+    problems = []
+    if "visual_evidence" in row and not is_string(row["visual_evidence"]):
+        problems.append(f"{where} 'visual_evidence': expected a string")
+    if "phrasing" in row and row["phrasing"] not in PHRASINGS:
+        problems.append(f"{where} 'phrasing': {row['phrasing']!r} not in {PHRASINGS}")
     return problems
 
 

@@ -7,7 +7,16 @@ seen; the answer is cut at a word offset between 30% and 70%, and an interruptio
 types is inserted there, timed at a fixed speaking rate. The reference reaction is a stop
 acknowledgement (Cancellation), the rest of the answer (False Trigger) or the answer to the corrected
 question (Correction). Each instance is written in open and/or multiple-choice form, as rows of
-:mod:`data_builders.ovi_format`.
+:mod:`data_builders.ovi_format`, with the captions seen by the interruption as its ``visual_evidence``
+(the LLM judge's text stand-in for the frames).
+
+Every item can be interrupted: the interruption comes at least ``min_spoken_s`` after the question (3
+answer tokens at the offline simulation's 3 tokens/s), unless the whole answer is too short, and may
+come after the video has ended (a user can interrupt an answer to a question asked at the last frame).
+
+The user's words come from a bank of :mod:`data_builders.phrasings`: OVI-Train's own (``phrase_bank:
+train``), or, for the OVIBench twin, the disjoint evaluation bank plus a share from the paraphrased
+(casual spoken) bank; each row records its bank as ``phrasing``.
 
 With templates, objects are found with a closed colour/shape vocabulary (the synthetic world's
 captions, and simple real ones such as "a red circle ..."); other captions get time-window questions
@@ -22,9 +31,10 @@ and a correction to it asks another such question.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,40 +44,17 @@ from data_builders.cli_config import OviTrainBuild
 from data_builders.errors import DataError, SettingError
 from data_builders.files import crosstab_markdown, link_or_copy, save_samples, write_reports
 from data_builders.ovi_format import FORMATS, LETTERS, OVI_TYPES, load_ovibench, write_ovibench
+from data_builders.phrasings import BANKS, PHRASINGS_VERSION, PhraseBank, Phrasings
 from data_builders.questions import (
     QA,
     QuestionContext,
     QuestionGenerator,
+    as_sentence,
     make_question_generator,
     video_questions,
 )
 from data_builders.sources import read_source
 from data_builders.sources.captions import Caption, CaptionedVideo
-
-CANCELLATION_UTTERANCES = (
-    "Stop, never mind.",
-    "Okay, that's enough.",
-    "Never mind, you can stop.",
-    "That's enough, thanks.",
-    "Stop please, I don't need the rest.",
-)
-CANCELLATION_ACKS = ("Okay, I'll stop here.", "Sure, stopping now.", "Alright, I'll stop.", "Okay, stopping.")
-FALSE_TRIGGER_UTTERANCES = (
-    "Uh-huh.",
-    "Mm-hmm.",
-    "Hold on honey, I'm on a call.",
-    "Yeah, I'll be right there!",
-    "Sorry, that was the TV.",
-    "Right.",
-)
-CORRECTION_OBJECT = (
-    "Sorry, I meant the {}.",
-    "Wait, I meant the {}, not that one.",
-    "No, I was asking about the {}.",
-)
-CORRECTION_TIME = ("Sorry, I meant between {} s and {} s.", "Wait, I meant the part from {} s to {} s.")
-CORRECTION_QUESTION = ("Sorry, I meant to ask: {}", "Wait, my question is actually: {}")
-_FALLBACK_DISTRACTORS = ("I can't tell from the video.", "Could you repeat the question?")
 
 
 @dataclass(frozen=True)
@@ -91,8 +78,8 @@ def _scenes(video: CaptionedVideo, qas: list[QA], rng: np.random.Generator) -> l
     return scenes
 
 
-def _correction(scene: _Scene, t_i: float, rng: np.random.Generator) -> tuple[str, QA] | None:
-    """A switch to another question of the same kind, answerable from the video up to ``t_i``."""
+def _corrected_qa(scene: _Scene, t_i: float, rng: np.random.Generator) -> QA | None:
+    """Another question of the same kind to switch to, answerable from the video up to ``t_i``."""
     asked = scene.qa
     candidates = [
         qa
@@ -102,14 +89,16 @@ def _correction(scene: _Scene, t_i: float, rng: np.random.Generator) -> tuple[st
         and not qa.captions & asked.captions
         and (qa.name is None or qa.name != asked.name)
     ]
-    if not candidates:
-        return None
-    qa = candidates[int(rng.integers(len(candidates)))]
-    if qa.name is not None:
-        return _pick(CORRECTION_OBJECT, rng).format(qa.name), qa
-    if qa.kind != "window":  # the source's own question, or a generated one
-        return _pick(CORRECTION_QUESTION, rng).format(qa.question), qa
-    return _pick(CORRECTION_TIME, rng).format(*qa.window), qa
+    return candidates[int(rng.integers(len(candidates)))] if candidates else None
+
+
+def _correction(corrected: QA, phrases: Phrasings, rng: np.random.Generator) -> str:
+    """The user's switch to ``corrected``: another object, another time window, or another question."""
+    if corrected.name is not None:
+        return _pick(phrases.correction_object, rng).format(corrected.name)
+    if corrected.kind != "window":  # the source's own question, or a generated one
+        return phrases.question(_pick(phrases.correction_question, rng), corrected.question)
+    return _pick(phrases.correction_time, rng).format(*corrected.window)
 
 
 def _pick(options: Sequence[str], rng: np.random.Generator) -> str:
@@ -144,32 +133,76 @@ def _choose_type(
     return _pick([t for t in deficit if deficit[t] == best], rng)
 
 
+@dataclass
+class _Tally:
+    """What the build has made so far: instances per type, and per (type, phrasing)."""
+
+    types: Counter = field(default_factory=Counter)
+    phrasings: Counter = field(default_factory=Counter)
+
+
+def _interruption_point(
+    n_words: int, words_per_second: float, min_spoken_s: float, rng: np.random.Generator
+) -> tuple[int, float]:
+    """Words spoken before the interruption (30-70% of the answer) and its delay after the question.
+
+    ``cut`` words are spoken by ``cut / rate`` s and the next one by ``(cut + 1) / rate`` s; any delay in
+    between interrupts after exactly ``cut`` words. The cut takes at least the words that leave room for
+    a delay of ``min_spoken_s``, and the delay is at least that; an answer too short for it is
+    interrupted just before its next word ends.
+    """
+    least = min(n_words - 1, max(1, math.floor(min_spoken_s * words_per_second + 1e-9)))
+    cut = min(max(least, round(rng.uniform(0.3, 0.7) * n_words)), n_words - 1)
+    next_word_s = (cut + 1) / words_per_second
+    return cut, max(cut / words_per_second, min(min_spoken_s, next_word_s - 1e-3))
+
+
+def _phrasing(kind: str, cfg: OviTrainBuild, tally: _Tally) -> str:
+    """The bank that phrases the next instance of ``kind``: a training build's own; in an evaluation
+    build the paraphrased bank for ``paraphrased_share`` of each type's instances, the rest eval."""
+    if cfg.phrase_bank == PhraseBank.train:
+        return "train"
+    # Counted per type, so every type gets its share (a share of all instances would follow the
+    # periodic order in which the mix picks types, and could fall on one type only).
+    n = sum(tally.phrasings[kind, bank] for bank in ("eval", "paraphrased")) + 1
+    due = math.floor(cfg.paraphrased_share * n + 0.5)
+    return "paraphrased" if tally.phrasings[kind, "paraphrased"] < due else "eval"
+
+
+def visual_evidence(video: CaptionedVideo, t_i: float) -> str:
+    """What the video has shown by ``t_i``: the captions that start before it, in time order, as one text."""
+    seen = sorted((c for c in video.captions if c.start < t_i), key=lambda c: (c.start, c.end, c.index))
+    return " ".join(as_sentence(c.sentence) for c in seen)
+
+
 def _instance(
-    scene: _Scene, shares: dict, counts: Counter, wps: float, rng: np.random.Generator
+    scene: _Scene, cfg: OviTrainBuild, shares: dict, tally: _Tally, rng: np.random.Generator
 ) -> dict | None:
-    """Cut the answer, choose the interruption type and build the reference reaction.
+    """Cut the answer, choose the interruption type and its phrasing, and build the reference reaction.
 
     Returns:
         The instance's row fields, or None when no type of the mix fits (a mix of only
         Correction on a scene with nothing else seen by the interruption).
     """
     words = scene.qa.answer.split()
-    cut = min(max(1, round(rng.uniform(0.3, 0.7) * len(words))), len(words) - 1)
+    cut, delay = _interruption_point(len(words), cfg.words_per_second, cfg.min_spoken_s, rng)
     t_q = round(scene.caption.end, 3)
-    # Spoken at a fixed rate from t_q, but never past the end of the video.
-    t_i = max(t_q, round(min(scene.video.duration, t_q + cut / wps), 3))
-    correction = _correction(scene, t_i, rng)
-    kind = _choose_type([t for t in OVI_TYPES if t != "Correction" or correction], shares, counts, rng)
+    t_i = round(t_q + delay, 3)  # may pass the video's end: the user interrupts after the last frame
+    corrected = _corrected_qa(scene, t_i, rng)
+    kind = _choose_type([t for t in OVI_TYPES if t != "Correction" or corrected], shares, tally.types, rng)
     if kind is None:
         return None
-    counts[kind] += 1
-    rest = " ".join(words[cut:])
+    phrasing = _phrasing(kind, cfg, tally)
+    tally.types[kind] += 1
+    tally.phrasings[kind, phrasing] += 1
+    phrases, rest = BANKS[phrasing], " ".join(words[cut:])
     if kind == "Cancellation":
-        utterance, reaction = _pick(CANCELLATION_UTTERANCES, rng), _pick(CANCELLATION_ACKS, rng)
+        utterance, reaction = _pick(phrases.cancellations, rng), _pick(phrases.acknowledgements, rng)
     elif kind == "False Trigger":
-        utterance, reaction = _pick(FALSE_TRIGGER_UTTERANCES, rng), rest
+        utterance, reaction = _pick(phrases.false_triggers, rng), rest
     else:
-        utterance, reaction = correction[0], correction[1].answer
+        utterance, reaction = _correction(corrected, phrases, rng), corrected.answer
+    corrected = corrected if kind == "Correction" else None  # the distractors avoid only a real switch
     return {
         "question_time": t_q,
         "question": scene.qa.question,
@@ -179,27 +212,35 @@ def _instance(
         "interruption_type": kind,
         "interruption": utterance,
         "reference_reaction": reaction,
-        "_distractors": _distractors(
-            scene, reaction, rest, correction[1] if kind == "Correction" else None, rng
-        ),
+        "visual_evidence": visual_evidence(scene.video, t_i),
+        "phrasing": phrasing,
+        "_distractors": _distractors(scene, kind, reaction, rest, corrected, phrases, rng),
     }
 
 
 def _distractors(
-    scene: _Scene, right: str, rest: str, corrected: QA | None, rng: np.random.Generator
+    scene: _Scene,
+    kind: str,
+    right: str,
+    rest: str,
+    corrected: QA | None,
+    phrases: Phrasings,
+    rng: np.random.Generator,
 ) -> list[str]:
     """Three wrong continuations: what the other types would have said, and a restart from scratch.
 
     The "answer to something else" option never shares evidence with the asked or corrected question
-    and never names the corrected object, so exactly one option is right.
+    and never names the corrected object, so exactly one option is right. Stock options come from the
+    instance's own bank.
     """
     used = scene.qa.captions | (corrected.captions if corrected else frozenset())
     avoid = corrected.names if corrected else frozenset()
     unrelated = [qa.answer for qa in scene.video_qas if not qa.captions & used and not qa.names & avoid]
-    elsewhere = _pick(unrelated, rng) if unrelated else _FALLBACK_DISTRACTORS[0]
+    fallbacks = [phrases.fallbacks[i] for i in rng.permutation(len(phrases.fallbacks))]
+    elsewhere = _pick(unrelated, rng) if unrelated else fallbacks[0]
     # Another stop acknowledgement would also be right for a Cancellation: offer one only otherwise.
-    ack = [] if right in CANCELLATION_ACKS else [_pick(CANCELLATION_ACKS, rng)]
-    candidates = [rest, *ack, elsewhere, scene.qa.answer, *_FALLBACK_DISTRACTORS]
+    ack = [] if kind == "Cancellation" else [_pick(phrases.acknowledgements, rng)]
+    candidates = [rest, *ack, elsewhere, scene.qa.answer, *fallbacks]
     chosen: list[str] = []
     for text in candidates:
         if text != right and text not in chosen and len(chosen) < 3:
@@ -234,7 +275,8 @@ def build_ovi_items(
         got no question, and answers too short to interrupt (fewer than two words).
 
     Raises:
-        SettingError: a bad ``mix``, ``forms``, ``format``, ``source_options`` or question setting.
+        SettingError: a bad ``mix``, ``forms``, ``format``, ``source_options``, timing, phrasing or
+            question setting.
         DataError: an unreadable or malformed annotation file (every bad entry listed).
         TextModelError: a model backend failed on the first 3 segments it was asked about.
     """
@@ -246,8 +288,7 @@ def _items(
     cfg: OviTrainBuild, shares: dict[str, float], questions: QuestionGenerator
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """:func:`build_ovi_items` with the mix already normalised."""
-    if not set(cfg.forms) <= set(FORMATS) or not cfg.forms:
-        raise SettingError(f"forms must be a non-empty subset of {FORMATS}, got {[*map(str, cfg.forms)]}")
+    _check_settings(cfg)
     rng, videos_dir = np.random.default_rng(cfg.seed), Path(cfg.videos)
     source = str(cfg.source or cfg.format)
     videos, quarantined = read_source(cfg.format, cfg.captions, videos_dir, **cfg.source_options)
@@ -261,13 +302,13 @@ def _items(
     scenes = []
     for video, context in present:
         scenes += _scenes(video, video_questions(questions, video, context, quarantined), rng)
-    type_counts, letters, rows = Counter(), Counter(), []
+    tally, letters, rows = _Tally(), Counter(), []
     for i in rng.permutation(len(scenes)):
         scene = scenes[i]
         if len(scene.qa.answer.split()) < 2:  # no word boundary inside it to interrupt at
             quarantined.append(f"{scene.video.key}[{scene.caption.index}]: answer too short to interrupt")
             continue
-        instance = _instance(scene, shares, type_counts, cfg.words_per_second, rng)
+        instance = _instance(scene, cfg, shares, tally, rng)
         if instance is None:
             quarantined.append(
                 f"{scene.video.key}[{scene.caption.index}]: no interruption type of the mix fits"
@@ -287,6 +328,20 @@ def _items(
             rows.append({"id": row_id, **base, "format": form, **extra})
     rows.sort(key=lambda r: r["id"])
     return rows, quarantined
+
+
+def _check_settings(cfg: OviTrainBuild) -> None:
+    if not set(cfg.forms) <= set(FORMATS) or not cfg.forms:
+        raise SettingError(f"forms must be a non-empty subset of {FORMATS}, got {[*map(str, cfg.forms)]}")
+    if cfg.words_per_second <= 0 or cfg.min_spoken_s < 0:
+        raise SettingError(
+            f"words_per_second must be positive and min_spoken_s not negative, got {cfg.words_per_second}, "
+            f"{cfg.min_spoken_s}"
+        )
+    if not 0 <= cfg.paraphrased_share <= 1:
+        raise SettingError(f"paraphrased_share must be in [0, 1], got {cfg.paraphrased_share}")
+    if cfg.phrase_bank not in tuple(PhraseBank):
+        raise SettingError(f"phrase_bank must be one of {', '.join(PhraseBank)}, got {cfg.phrase_bank!r}")
 
 
 def build_ovi_train(cfg: OviTrainBuild) -> Path:
@@ -314,6 +369,8 @@ def build_ovi_train(cfg: OviTrainBuild) -> Path:
         "mix": shares,
         "forms": [str(form) for form in cfg.forms],
         "words_per_second": cfg.words_per_second,
+        "min_spoken_s": cfg.min_spoken_s,
+        "phrasings": _phrasing_settings(cfg),
         "source": str(cfg.source or cfg.format),
         "source_format": str(cfg.format),
         "source_options": dict(cfg.source_options),
@@ -323,11 +380,24 @@ def build_ovi_train(cfg: OviTrainBuild) -> Path:
     return out_dir
 
 
+def _phrasing_settings(cfg: OviTrainBuild) -> dict[str, Any]:
+    evaluation = cfg.phrase_bank == PhraseBank.eval
+    return {
+        "version": PHRASINGS_VERSION,
+        "bank": str(cfg.phrase_bank),
+        "paraphrased_share": cfg.paraphrased_share if evaluation else 0.0,
+    }
+
+
 def _write_reports(out_dir: Path, rows: list[dict], quarantined: list[str], **info: Any) -> None:
     by_source = crosstab_markdown(((r["source"], r["interruption_type"]) for r in rows), "source")
     by_form = crosstab_markdown(((r["format"], r["interruption_type"]) for r in rows), "format")
+    by_phrasing = crosstab_markdown(((r["phrasing"], r["interruption_type"]) for r in rows), "phrasing")
+    phrasings = info["settings"]["phrasings"]
     stats = f"# OVI items\n\nInstances by source x type.\n\n{by_source}\n"
-    stats += f"Instances by form x type.\n\n{by_form}\nQuarantined: {len(quarantined)}\n"
+    stats += f"Instances by form x type.\n\n{by_form}\n"
+    stats += f"Rows by phrasing x type (bank {phrasings['bank']}, phrasings v{phrasings['version']}).\n\n"
+    stats += f"{by_phrasing}\nQuarantined: {len(quarantined)}\n"
     questions = info["settings"].get("questions", {})
     if questions.get("backend", "template") != "template":
         counts = ", ".join(f"{k} {questions[k]}" for k in ("generated", "from_cache", "failed", "errors"))
@@ -338,6 +408,7 @@ def _write_reports(out_dir: Path, rows: list[dict], quarantined: list[str], **in
         "videos": len({r["source_id"] for r in rows}),
         "by_type": dict(Counter(r["interruption_type"] for r in rows)),
         "by_form": dict(Counter(r["format"] for r in rows)),
+        "by_phrasing": dict(Counter(r["phrasing"] for r in rows)),
         "quarantined": len(quarantined),
         "quarantine_reasons": quarantined,
     }

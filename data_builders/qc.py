@@ -7,13 +7,16 @@ and what it removed, by id and with a reason, for ``stats.md`` and ``build_info.
    is a give-away). Lengths are counted in characters, each at least ``option_length_floor``, so
    short words ("up", "3", "red") never trip it; the question goes when the longest is more than
    ``option_length_ratio`` times the shortest. ``None`` turns it off.
-2. ``blind`` — a text-only model answers each question ``rounds`` times without the video or the
-   frame; a question it gets right every round is answerable from the words alone and is dropped.
-   Round ``r`` shows the options rotated by ``r`` places, so greedy decoding still asks two different
-   questions and a model that always says "A" cannot pass. A reply with no option letter counts as
-   wrong. ``builder.qc.blind`` is a text model (``backend``: ``none``, ``local`` — a Hugging Face model
-   directory, causal LM or a VLM used text-only — or ``endpoint`` — an OpenAI-compatible
-   ``/chat/completions`` server).
+2. ``blind`` — text-only models answer each question ``rounds`` times without the video or the
+   frame; a question every model gets right in every round is answerable from the words alone and is
+   dropped. V2P-Bench asked two models (GPT-4o and Gemini-1.5-Pro, two low-temperature rounds each):
+   ``builder.qc.blind.first`` and ``builder.qc.blind.second`` are each a text model (``backend``:
+   ``none``, ``local`` — a Hugging Face model directory, causal LM or a VLM used text-only — or
+   ``endpoint`` — an OpenAI-compatible ``/chat/completions`` server, each on its own server if need
+   be). The filter is on whenever at least one of them is configured, and off (and reported so) when
+   neither is. Round ``r`` shows the options rotated by ``r`` places, so greedy decoding still asks two
+   different questions and a model that always says "A" cannot pass. A reply with no option letter
+   counts as wrong.
 3. ``shuffle`` — option order shuffled.
 4. ``letters`` — answer letters balanced (each row takes the least used letter it can; rows with
    fewer options go first), which puts every letter within 3 points of uniform whenever the mix
@@ -38,12 +41,20 @@ _IDS_IN_STATS = 20  # removed ids listed in stats.md per step; build_info.json h
 
 
 @dataclass
-class BlindFilterConfig(TextModelConfig):
-    """The blind filter's text model (``backend: none``: no blind filter) and how it is asked
-    (``builder.qc.blind.*``; the keys of a text model, :mod:`data_builders.text_models`)."""
+class BlindModelConfig(TextModelConfig):
+    """One blind-filter model (``builder.qc.blind.first.*``, ``builder.qc.blind.second.*``): the keys of
+    a text model, :mod:`data_builders.text_models`; ``backend: none`` leaves it out."""
 
     max_tokens: int = 16  # a letter, perhaps with a few words
-    rounds: int = 2  # a question answered right in every round is dropped
+
+
+@dataclass
+class BlindFilterConfig:
+    """The blind filter's models and how they are asked (``builder.qc.blind.*``); no model: no filter."""
+
+    first: BlindModelConfig = field(default_factory=BlindModelConfig)  # V2P-Bench: GPT-4o
+    second: BlindModelConfig = field(default_factory=BlindModelConfig)  # V2P-Bench: Gemini-1.5-Pro
+    rounds: int = 2  # a question every model answers right in every round is dropped
     rotate_options: bool = True  # round r shows the options rotated by r places
 
 
@@ -51,7 +62,7 @@ class BlindFilterConfig(TextModelConfig):
 class QcConfig:
     """Quality-control settings (``builder.qc.*`` on the command line)."""
 
-    blind: BlindFilterConfig = field(default_factory=BlindFilterConfig)  # backend none: no blind filter
+    blind: BlindFilterConfig = field(default_factory=BlindFilterConfig)  # on when a model is configured
     option_length_ratio: float | None = 2.5  # drop if longest option > ratio x shortest; None: no such rule
     option_length_floor: int = 8  # option lengths count as at least this many characters
     shuffle_options: bool = True  # shuffle each question's options
@@ -98,44 +109,106 @@ def first_letter(reply: str, n_options: int) -> int | None:
     return ord(match.group(1)) - ord("A") if match else None
 
 
-def blind_filter(rows: list[dict[str, Any]], model: TextModel | None, *, rounds: int, rotate: bool) -> QcStep:
-    """Drop rows a text-only model answers right in every round (see the module docstring).
-
-    A row the model could not be asked about (:class:`TextModelError`) is kept and listed as
-    unjudged. When the first three rows all fail, the model is taken to be unreachable.
+def make_blind_models(cfg: BlindFilterConfig) -> list[TextModel]:
+    """The configured blind-filter models, first then second; an empty list when neither is.
 
     Raises:
-        TextModelError: the model failed on the first three rows.
+        SettingError: a model's settings are incomplete or malformed (naming its key).
     """
-    if model is None:
-        return QcStep("blind", list(rows), info={"backend": "none", "skipped": True})
-    if rounds < 1:
-        raise SettingError(f"qc.rounds must be at least 1, got {rounds}")
-    kept, removed, unjudged, correct_rounds = [], [], [], Counter()
-    for i, row in enumerate(rows):
+    slots = {"first": cfg.first, "second": cfg.second}
+    models = [make_text_model(model, f"builder.qc.blind.{slot}") for slot, model in slots.items()]
+    return [model for model in models if model is not None]
+
+
+@dataclass
+class _BlindModel:
+    """One model of the blind filter and a tally of what it answered."""
+
+    model: TextModel
+    asked: int = 0
+    failed: int = 0
+    right_rounds: Counter = field(default_factory=Counter)
+
+    def answers(self, row: dict[str, Any], rounds: int, rotate: bool) -> list[tuple[str, bool]] | None:
+        """Per round the letter given and whether it is right; None when the model could not be asked.
+
+        Raises:
+            TextModelError: the model failed on the first three rows it was asked about.
+        """
+        self.asked += 1
         try:
-            letters = _blind_answers(row, model, rounds, rotate)
+            results = _blind_answers(row, self.model, rounds, rotate)
         except TextModelError as err:
-            if len(unjudged) == i == 2:
-                raise TextModelError(f"blind filter: the first 3 questions failed; last: {err}") from err
-            unjudged.append(str(row["id"]))
-            kept.append(row)
-            continue
-        right = sum(ok for _, ok in letters)
-        correct_rounds[right] += 1
-        if right == rounds:
-            shown = ", ".join(letter for letter, _ in letters)
+            self.failed += 1
+            if self.failed == self.asked == 3:
+                message = f"blind filter: {self.model.identity}: the first 3 questions failed; last: {err}"
+                raise TextModelError(message) from err
+            return None
+        self.right_rounds[sum(ok for _, ok in results)] += 1
+        return results
+
+    def report(self) -> dict[str, Any]:
+        rounds = {str(k): v for k, v in sorted(self.right_rounds.items())}
+        return {
+            "model": self.model.identity,
+            "asked": self.asked,
+            "unjudged": self.failed,
+            "right_rounds": rounds,
+        }
+
+
+def blind_filter(
+    rows: list[dict[str, Any]], models: Sequence[TextModel], *, rounds: int, rotate: bool
+) -> QcStep:
+    """Drop rows every model answers right in every round (see the module docstring).
+
+    Models are asked in order, and a later one only about rows no earlier one got wrong in a round
+    (those are kept whatever it says). A row a model could not be asked about (:class:`TextModelError`)
+    is kept, unless another model got it wrong, and listed as unjudged.
+
+    Raises:
+        SettingError: ``rounds`` below 1.
+        TextModelError: a model failed on the first three rows it was asked about.
+    """
+    if not models:
+        return QcStep(
+            "blind", list(rows), info={"models": [], "skipped": True, "reason": "no model configured"}
+        )
+    if rounds < 1:
+        raise SettingError(f"builder.qc.blind.rounds must be at least 1, got {rounds}")
+    tallies = [_BlindModel(model) for model in models]
+    kept, removed, unjudged = [], [], []
+    for row in rows:
+        verdict, shown = _blind_verdict(row, tallies, rounds, rotate)
+        if verdict == "right":
             removed.append((str(row["id"]), f"answered without video in {rounds}/{rounds} rounds ({shown})"))
-        else:
-            kept.append(row)
+            continue
+        kept.append(row)
+        if verdict == "unjudged":
+            unjudged.append(str(row["id"]))
     info = {
-        "backend": model.identity,
+        "models": [tally.report() for tally in tallies],
         "rounds": rounds,
         "rotate_options": rotate,
         "unjudged": unjudged,
-        "right_rounds": {str(k): v for k, v in sorted(correct_rounds.items())},
     }
     return QcStep("blind", kept, removed, info)
+
+
+def _blind_verdict(
+    row: dict[str, Any], tallies: list[_BlindModel], rounds: int, rotate: bool
+) -> tuple[str, str]:
+    """``("wrong" | "unjudged" | "right", the letters each model gave)`` for one row."""
+    shown, unjudged = [], False
+    for tally in tallies:
+        answers = tally.answers(row, rounds, rotate)
+        if answers is None:
+            unjudged = True
+            continue
+        if not all(ok for _, ok in answers):
+            return "wrong", ""
+        shown.append(f"{tally.model.identity}: {', '.join(letter for letter, _ in answers)}")
+    return ("unjudged" if unjudged else "right"), "; ".join(shown)
 
 
 def _blind_answers(
@@ -214,18 +287,21 @@ def _rounded(shares: dict[str, float]) -> dict[str, float]:
 
 
 def run_qc(
-    rows: list[dict[str, Any]], config: QcConfig, rng: np.random.Generator, model: TextModel | None = None
+    rows: list[dict[str, Any]],
+    config: QcConfig,
+    rng: np.random.Generator,
+    models: Sequence[TextModel] | None = None,
 ) -> tuple[list[dict[str, Any]], list[QcStep]]:
-    """Every step in order; ``model`` overrides the one ``config.blind`` names (tests pass a fake).
+    """Every step in order; ``models`` override those ``config.blind`` names (tests pass fakes).
 
     Returns:
         The kept rows (options shuffled and letters balanced as configured) and each step's record.
     """
-    if model is None:
-        model = make_text_model(config.blind, "builder.qc.blind")
+    if models is None:
+        models = make_blind_models(config.blind)
     steps = [option_length_filter(rows, config.option_length_ratio, config.option_length_floor)]
     blind = config.blind
-    steps.append(blind_filter(steps[-1].kept, model, rounds=blind.rounds, rotate=blind.rotate_options))
+    steps.append(blind_filter(steps[-1].kept, models, rounds=blind.rounds, rotate=blind.rotate_options))
     kept = steps[-1].kept
     if config.shuffle_options:
         steps.append(shuffle_options(kept, rng))
@@ -251,9 +327,10 @@ def qc_markdown(steps: Sequence[QcStep]) -> str:
 def _notes(step: QcStep) -> str:
     info = step.info
     if info.get("skipped"):
-        return "skipped"
+        return f"off: {info['reason']}" if "reason" in info else "skipped"
     if step.name == "blind":
-        return f"{info['backend']}, {info['rounds']} rounds, {len(info['unjudged'])} unjudged"
+        models = " + ".join(model["model"] for model in info["models"])
+        return f"{models}; {info['rounds']} rounds each; {len(info['unjudged'])} unjudged"
     if step.name == "option_length":
         return f"max ratio {info['max_ratio']}, floor {info['floor']} chars"
     if step.name == "letters":

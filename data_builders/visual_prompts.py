@@ -38,8 +38,8 @@ class PromptShape(Choice):
 
 
 SHAPES = tuple(shape.value for shape in PromptShape)
-# The shapes a build draws unless told otherwise.
-DEFAULT_SHAPES = (PromptShape.rectangle, PromptShape.ellipse, PromptShape.arrow, PromptShape.point)
+# The shapes a build draws unless told otherwise: all 8, as V2P-Bench's prompts take.
+DEFAULT_SHAPES = tuple(PromptShape)
 
 PROMPT_NOUNS: dict[str, str] = {
     "rectangle": "the box",
@@ -64,6 +64,15 @@ PROMPT_COLOURS: dict[str, tuple[int, int, int]] = {
     "cyan": (0, 235, 255),
     "orange": (255, 140, 0),
 }
+
+
+# Closer than this (Euclidean RGB distance) a stroke hardly stands out: orange on a red object is 109.
+_ALIKE_RGB = 120.0
+
+
+def colours_alike(rgb: Sequence[float]) -> list[str]:
+    """The prompt colours too close to ``rgb`` to stand out on it (to avoid for a target of that colour)."""
+    return [name for name, value in PROMPT_COLOURS.items() if math.dist(value, rgb) < _ALIKE_RGB]
 
 
 @dataclass(frozen=True)

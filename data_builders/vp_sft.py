@@ -44,13 +44,14 @@ from tqdm import tqdm
 from data_builders.cli_config import QuestionKind, VpSftBuild
 from data_builders.errors import DataError, DecodeError, SettingError
 from data_builders.files import atomic_path, crosstab_markdown, link_or_copy, save_samples, write_reports
-from data_builders.qc import QcStep, qc_markdown, run_qc
+from data_builders.qc import QcStep, make_blind_models, qc_markdown, run_qc
 from data_builders.sources.tracks import TRACK_FORMATS, frames_visible, load_generic_track, read_tracks
-from data_builders.text_models import TextModel, make_text_model
+from data_builders.text_models import TextModel
 from data_builders.v2p_format import DIMENSIONS, load_v2p_release, render_question, write_v2p_release
 from data_builders.visual_prompts import (
     PROMPT_COLOURS,
     PROMPT_NOUNS,
+    colours_alike,
     draw_prompt,
     polygon_mask,
     sample_style,
@@ -343,12 +344,11 @@ def _draw_frames(
     paths = []
     for k, item in enumerate(items):
         image, target = by_index[item["keyframe"]], item["target"]
+        box = target["boxes"][str(item["keyframe"])]
+        # A scribble or a dot lies on the object: never in its colour, nor in one too close to it.
+        avoid = [target.get("attributes", {}).get("colour", ""), *colours_alike(_object_colour(image, box))]
         style = sample_style(
-            rng,
-            colours=cfg.colours,
-            widths=cfg.line_widths,
-            doodle_share=cfg.doodle_share,
-            avoid=[target.get("attributes", {}).get("colour", "")],
+            rng, colours=cfg.colours, widths=cfg.line_widths, doodle_share=cfg.doodle_share, avoid=avoid
         )
         polygons = target.get("masks", {}).get(str(item["keyframe"]))
         mask = (
@@ -357,7 +357,7 @@ def _draw_frames(
         drawn = draw_prompt(
             image,
             item["shape"],
-            target["boxes"][str(item["keyframe"])],
+            box,
             colour=style.rgb,
             width=scaled_width(style.width, *image.shape[:2]),
             rng=rng,
@@ -371,6 +371,14 @@ def _draw_frames(
             Image.fromarray(drawn).save(tmp, format="JPEG", quality=95)
         paths.append(relative)
     return paths
+
+
+def _object_colour(image: np.ndarray, box: Sequence[float]) -> np.ndarray:
+    """The median colour of a 5x5 grid over the box's inner half: mostly the object, little around it."""
+    x0, y0, x1, y1 = box
+    xs = np.clip(np.linspace(x0, x1, 9)[2:7], 0, image.shape[1] - 1).astype(int)
+    ys = np.clip(np.linspace(y0, y1, 9)[2:7], 0, image.shape[0] - 1).astype(int)
+    return np.median(image[np.ix_(ys, xs)].reshape(-1, 3), axis=0)
 
 
 def _row(track: dict[str, Any], item: dict[str, Any], video_rel: str, frame: str) -> dict[str, Any]:
@@ -394,7 +402,7 @@ def _row(track: dict[str, Any], item: dict[str, Any], video_rel: str, frame: str
     }
 
 
-def build_vp_sft(cfg: VpSftBuild, *, text_model: TextModel | None = None) -> Path:
+def build_vp_sft(cfg: VpSftBuild, *, blind_models: Sequence[TextModel] | None = None) -> Path:
     """Build visual-prompt QA from the object tracks of ``cfg.world``, with quality control.
 
     Writes ``<out>/v2p/`` (release format), ``<out>/hf/`` (the samples :func:`load_v2p_release` makes of
@@ -404,7 +412,7 @@ def build_vp_sft(cfg: VpSftBuild, *, text_model: TextModel | None = None) -> Pat
 
     Args:
         cfg: the build's settings.
-        text_model: a blind-filter model to use instead of the one ``cfg.qc.blind`` names (tests).
+        blind_models: blind-filter models to use instead of those ``cfg.qc.blind`` names (tests).
 
     Returns:
         ``cfg.out`` as a path.
@@ -414,7 +422,8 @@ def build_vp_sft(cfg: VpSftBuild, *, text_model: TextModel | None = None) -> Pat
         DataError: no track files, a bad generic track, or no question survived.
     """
     _check_settings(cfg)
-    text_model = text_model or make_text_model(cfg.qc.blind, "builder.qc.blind")  # a bad setting fails here
+    if blind_models is None:
+        blind_models = make_blind_models(cfg.qc.blind)  # a bad setting fails here, before any work
     world_root, out_dir = Path(cfg.world), Path(cfg.out)
     tracks, quarantined = read_tracks(cfg.format, world_root, out_dir / "source_videos", **cfg.source_options)
     vocab = attribute_vocab(tracks)
@@ -423,7 +432,7 @@ def build_vp_sft(cfg: VpSftBuild, *, text_model: TextModel | None = None) -> Pat
     for track in tqdm(tracks, desc="vp questions", unit="video"):
         rows += questions_from_track(track, cfg, rng, out_root=release, vocab=vocab)
     made = len(rows)
-    rows, steps = run_qc(rows, cfg.qc, rng, text_model)
+    rows, steps = run_qc(rows, cfg.qc, rng, blind_models)
     if not rows:
         raise DataError(str(world_root), f"no question survived quality control (of {made} made)")
     _prune_media(release, rows)

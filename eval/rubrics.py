@@ -327,7 +327,14 @@ REQUIRED_FIELDS = (
     "reference_reaction",
     "response",
 )
-OPTIONAL_FIELDS = ("visual_evidence", "answer", "question_time", "interruption_time", "own_answer")
+OPTIONAL_FIELDS = (
+    "visual_evidence",
+    "answer",
+    "question_time",
+    "interruption_time",
+    "duration",
+    "own_answer",
+)
 
 
 def metrics_for(interruption_type: str) -> list[str]:
@@ -395,11 +402,7 @@ def _preamble() -> str:
 def _item_section(item: dict[str, Any]) -> str:
     lines = ["## The case", f"Question: {item['question']}"]
     if item.get("question_time") is not None and item.get("interruption_time") is not None:
-        lines.append(
-            f"Timing: the question arrived at {float(item['question_time']):.1f} s of the video; the "
-            f"interruption at {float(item['interruption_time']):.1f} s. The model had seen the video up to "
-            "the interruption."
-        )
+        lines.append(_timing_line(item))
     lines += [
         f"{_spoken_label(item)}: {item['partial_answer']}",
         f"Interruption ({item['interruption_type']}): {item['interruption']}",
@@ -408,6 +411,16 @@ def _item_section(item: dict[str, Any]) -> str:
         f"MODEL RESPONSE TO JUDGE (after the interruption): {item['response']}",
     ]
     return "\n".join(lines)
+
+
+def _timing_line(item: dict[str, Any]) -> str:
+    t_q, t_i = float(item["question_time"]), float(item["interruption_time"])
+    line = f"Timing: the question arrived at {t_q:.1f} s of the video; the interruption at {t_i:.1f} s. "
+    # An answer can be interrupted after the video's last frame: the model then saw all of it.
+    duration = item.get("duration")
+    if duration is not None and t_i > float(duration):
+        return line + f"The video ended at {float(duration):.1f} s; the model had seen all of it."
+    return line + "The model had seen the video up to the interruption."
 
 
 def _blind_item_section(item: dict[str, Any]) -> str:

@@ -130,14 +130,39 @@ def test_bad_v2p_row(v2p_release, bad_row, message):
             id="answer-not-an-option",
         ),
         pytest.param(
-            ovi_row(interruption_time=11.0),
-            "row 2, field 'interruption_time': 11.0 outside the video [0, 10.0]",
-            id="time-beyond-duration",
+            ovi_row(question_time=11.0, interruption_time=12.0),
+            "row 2, field 'question_time': 11.0 outside the video [0, 10.0]",
+            id="question-beyond-duration",
         ),
         pytest.param(
             ovi_row(question_time=-1.0),
             "row 2, field 'question_time': -1.0 outside the video",
             id="negative-time",
+        ),
+        pytest.param(
+            ovi_row(question_time=0.0, interruption_time=-0.5),
+            "row 2, field 'interruption_time': -0.5 is before the video's start",
+            id="negative-interruption",
+        ),
+        pytest.param(
+            ovi_row(interruption_time=3.0),
+            "row 2, field 'interruption_time': 3.0 is before question_time 4.0",
+            id="interruption-before-question",
+        ),
+        pytest.param(
+            ovi_row(interruption_time=float("nan")),
+            "row 2, field 'interruption_time': nan is not a finite time",
+            id="interruption-not-finite",
+        ),
+        pytest.param(
+            ovi_row(phrasing="human"),
+            "row 2, field 'phrasing': 'human' not in ('train', 'eval', 'paraphrased')",
+            id="unknown-phrasing",
+        ),
+        pytest.param(
+            ovi_row(visual_evidence=["a red circle"]),
+            "row 2, field 'visual_evidence': expected a string",
+            id="evidence-not-text",
         ),
         pytest.param(
             ovi_row(segment=[4.0, 1.0]),

@@ -129,7 +129,11 @@ def test_synthetic_builds(tmp_path: Path):
     for name in ("v2p_sft/hf", "ovi_train/hf", "v2p_bench/v2p/dataset_info.jsonl", "ovibench/ovibench.jsonl"):
         assert (root / name).exists(), name
     # The synthetic world's captions are in ActivityNet's format, but the rows say where they come from.
-    assert {r["source"] for r in _jsonl(root / "ovibench" / "ovibench.jsonl")} == {"synthetic"}
+    benchmark = _jsonl(root / "ovibench" / "ovibench.jsonl")
+    assert {r["source"] for r in benchmark} == {"synthetic"}
+    # OVI-Train and the OVIBench twin are phrased from disjoint banks.
+    assert {r["phrasing"] for r in _jsonl(root / "ovi_train" / "ovibench.jsonl")} == {"train"}
+    assert {r["phrasing"] for r in benchmark} <= {"eval", "paraphrased"}
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +169,9 @@ def test_wrong_type_fails_at_compose(composer):
         (["builder=vp_sft", "builder.format=got10"], "builder.format"),
         (["builder=vp_sft", "builder.shapes=[rectangle,star]"], "builder.shapes[1]"),
         (["builder=vp_sft", "builder.kinds=[colour,clas]"], "builder.kinds[1]"),
-        (["builder=vp_sft", "builder.qc.blind.backend=gpt"], "builder.qc.blind.backend"),
+        (["builder=vp_sft", "builder.qc.blind.first.backend=gpt"], "builder.qc.blind.first.backend"),
+        (["builder=vp_sft", "builder.qc.blind.second.backend=gpt"], "builder.qc.blind.second.backend"),
+        (["builder=ovi_train", "builder.phrase_bank=paraphrased"], "builder.phrase_bank"),
         (["builder=export", "builder.format=axolotl"], "builder.format"),
         (["builder=synthetic", "builder.shapes=[star]"], "builder.shapes[0]"),
     ],

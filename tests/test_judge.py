@@ -473,3 +473,11 @@ def test_in_simulation_the_judge_sees_the_models_own_answer_and_the_reference_as
     given = judge_prompt("tfs", _item())
     assert "Answer spoken before the interruption (cut mid-way): Between 1.0 s and" in given
     assert "guidance only" not in given
+
+
+def test_an_interruption_after_the_last_frame_tells_the_judge_the_model_saw_the_whole_video():
+    timing = {"question_time": 9.0, "duration": 10.0}
+    after = judge_prompt("ves", _item(**timing, interruption_time=10.6))
+    assert "interruption at 10.6 s. The video ended at 10.0 s; the model had seen all of it." in after
+    within = judge_prompt("ves", _item(**timing, interruption_time=9.8))
+    assert "interruption at 9.8 s. The model had seen the video up to the interruption." in within

@@ -42,10 +42,30 @@ def test_mcq_row_lists_options_and_targets_letter_and_type(ovi_root: Path):
 
 
 def test_no_empty_video_span_when_interrupted_at_the_end(ovi_root: Path):
-    sample = ovi_row_to_sample(
-        _row(question_time=10.0, interruption_time=10.0, segment=[8.0, 10.0]), ovi_root
+    for t_i in (10.0, 11.5):  # at the last frame, or after the video has ended
+        sample = ovi_row_to_sample(
+            _row(question_time=10.0, interruption_time=t_i, segment=[8.0, 10.0]), ovi_root
+        )
+        assert [p.type for p in sample.turns[2].parts] == ["text"]
+        assert sample.meta["interruption_time"] == t_i
+
+
+def test_an_interruption_after_the_end_brings_the_frames_up_to_the_end(ovi_root: Path):
+    write_ovibench([_row(question_time=9.0, interruption_time=10.6, segment=[8.0, 9.0])], ovi_root)
+    (sample,) = load_ovibench(ovi_root)
+    (video,) = [p for p in sample.turns[2].parts if p.type == "video"]
+    assert (video.start, video.end) == (9.0, 10.0)
+
+
+def test_visual_evidence_and_phrasing_reach_the_meta(ovi_root: Path):
+    row = _row(visual_evidence="A red circle moves up.", phrasing="paraphrased")
+    write_ovibench([row], ovi_root)
+    (sample,) = load_ovibench(ovi_root)
+    assert (
+        sample.meta["visual_evidence"] == "A red circle moves up."
+        and sample.meta["phrasing"] == "paraphrased"
     )
-    assert [p.type for p in sample.turns[2].parts] == ["text"]
+    assert not {"visual_evidence", "phrasing"} & set(ovi_row_to_sample(_row(), ovi_root).meta)
 
 
 def test_write_load_round_trip(ovi_root: Path):
@@ -63,7 +83,7 @@ def test_every_bad_row_is_listed(ovi_root: Path):
         json.dumps(_row(id="r3", interruption_type="Interruption")),
         json.dumps(_row(id="r4", question_time=-1.0)),
         json.dumps(_row(id="r5", interruption_time=3.0)),
-        json.dumps(_row(id="r6", interruption_time=11.0)),
+        json.dumps(_row(id="r6", phrasing="human")),
         json.dumps(_mcq(id="r7", answer_letter="E")),
         json.dumps(_row(id="r8", video_path="videos/missing.mp4")),
         json.dumps({k: v for k, v in _row(id="r9").items() if k != "partial_answer"}),
@@ -80,7 +100,7 @@ def test_every_bad_row_is_listed(ovi_root: Path):
         3: "field 'interruption_type'",
         4: "field 'question_time'",
         5: "field 'interruption_time': 3.0 is before question_time",
-        6: "field 'interruption_time': 11.0 outside the video",
+        6: "field 'phrasing': 'human' not in ('train', 'eval', 'paraphrased')",
         7: "field 'answer_letter'",
         8: "field 'video_path': file not found",
         9: "field 'partial_answer'",

@@ -1,8 +1,10 @@
-"""OVI-Train from ActivityNet-format captions: loading, interruption insertion, mix, forms, the build."""
+"""OVI-Train from ActivityNet-format captions: loading, interruption insertion and timing, visual evidence,
+mix, forms, phrasings, the build, and the synthetic OVIBench twin's timing."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from pathlib import Path
@@ -12,13 +14,8 @@ from caption_sources import make_source, ovi_build
 
 from data_builders.errors import DataError, DataErrors, SettingError
 from data_builders.ovi_format import load_ovibench, ovi_row_to_sample
-from data_builders.ovi_train import (
-    CANCELLATION_ACKS,
-    CANCELLATION_UTTERANCES,
-    FALSE_TRIGGER_UTTERANCES,
-    build_ovi_items,
-    build_ovi_train,
-)
+from data_builders.ovi_train import build_ovi_items, build_ovi_train
+from data_builders.phrasings import BANKS, PHRASINGS_VERSION, TRAIN, phrased_by
 from data_builders.sample import Sample
 from data_builders.sources.activitynet import load_activitynet_captions
 
@@ -97,27 +94,65 @@ def test_mix_is_configurable(source: tuple[Path, Path]):
         build_ovi_items(ovi_build(*source, seed=1, forms=["essay"]))
 
 
-def test_interruption_falls_inside_the_answer_and_the_video(rows: list[dict]):
+def _delay_s(row: dict, words_per_second: float = 2.5) -> float:
+    """t_i - t_q: the words cut spoken, and at least 1 s while the next word is still being spoken."""
+    cut = len(row["partial_answer"].split())
+    return max(cut / words_per_second, min(1.0, (cut + 1) / words_per_second - 1e-3))
+
+
+def test_interruption_falls_inside_the_answer_and_after_the_question(rows: list[dict]):
     for row in rows:
         t_q, t_i = row["question_time"], row["interruption_time"]
-        assert 0 < t_q <= t_i <= row["duration"]
+        assert 0 < t_q <= row["duration"] and t_i > t_q
         assert row["segment"][1] == t_q  # the answer's evidence has been seen when the question comes
         words, partial = row["answer"].split(), row["partial_answer"].split()
         assert words[: len(partial)] == partial and 0 < len(partial) < len(words)
         assert 0.3 - 1 / len(words) <= len(partial) / len(words) <= 0.7 + 1 / len(words)
-        assert t_i == pytest.approx(min(row["duration"], t_q + len(partial) / 2.5), abs=1e-3)
+        # Never capped at the video's end: timed by the words spoken alone.
+        assert t_i == pytest.approx(t_q + _delay_s(row), abs=1e-3)
+        assert len(words) < 3 or t_i - t_q >= 1.0 - 1e-6
+    assert any(r["interruption_time"] > r["duration"] for r in rows)  # questions asked at the last frame
+
+
+def test_an_interruption_after_the_video_brings_frames_only_up_to_its_end(rows: list[dict], tmp_path: Path):
+    late = next(r for r in rows if r["question_time"] < r["duration"] < r["interruption_time"])
+    interruption = ovi_row_to_sample(late, tmp_path).turns[2]
+    assert [(p.start, p.end) for p in interruption.parts if p.type == "video"] == [
+        (late["question_time"], late["duration"])
+    ]
+    at_the_end = next(r for r in rows if r["question_time"] == r["duration"])
+    assert [p.type for p in ovi_row_to_sample(at_the_end, tmp_path).turns[2].parts] == ["text"]
+    assert ovi_row_to_sample(at_the_end, tmp_path).meta["interruption_time"] > at_the_end["duration"]
+
+
+def test_visual_evidence_is_the_captions_seen_by_the_interruption(
+    rows: list[dict], source: tuple[Path, Path]
+):
+    captions = json.loads(source[0].read_text())
+    for row in rows:
+        video = captions[row["source_id"]]
+        seen = sorted(
+            (start, end, i, text.strip().rstrip(".").lower())
+            for i, ((start, end), text) in enumerate(
+                zip(video["timestamps"], video["sentences"], strict=True)
+            )
+            if start < row["interruption_time"]
+        )
+        assert row["visual_evidence"].lower() == " ".join(f"{text}." for *_, text in seen)
 
 
 def test_reaction_matches_the_type(rows: list[dict], source: tuple[Path, Path]):
     captions = json.loads(source[0].read_text())
     for row in rows:
         kind, reaction = row["interruption_type"], row["reference_reaction"]
+        assert row["phrasing"] == "train"
         if kind == "False Trigger":
-            assert row["interruption"] in FALSE_TRIGGER_UTTERANCES
+            assert row["interruption"] in TRAIN.false_triggers
             assert row["partial_answer"] + " " + reaction == row["answer"]  # seamless, no repetition
         elif kind == "Cancellation":
-            assert row["interruption"] in CANCELLATION_UTTERANCES and reaction in CANCELLATION_ACKS
+            assert row["interruption"] in TRAIN.cancellations and reaction in TRAIN.acknowledgements
         else:
+            assert any(phrased_by(row["interruption"], template) for template in TRAIN.corrections)
             assert reaction != row["answer"]
             ends = _corrected_evidence_ends(row, captions[row["source_id"]])
             assert ends and max(ends) <= row["interruption_time"]  # answerable from what was seen
@@ -126,7 +161,7 @@ def test_reaction_matches_the_type(rows: list[dict], source: tuple[Path, Path]):
 def _corrected_evidence_ends(row: dict, video: dict) -> list[float]:
     """End times of the captions the corrected answer is drawn from, checking it names the right thing."""
     captions = list(zip(video["timestamps"], video["sentences"], strict=True))
-    window = tuple(re.findall(r"(\d+\.\d) s", row["interruption"]))
+    window = tuple(re.findall(r"\d+\.\d", row["interruption"]))
     if window:  # "Sorry, I meant between 2.0 s and 3.0 s." -> the captions of that window
         chosen = [((s, e), text) for (s, e), text in captions if (f"{s:.1f}", f"{e:.1f}") == window]
         reaction = row["reference_reaction"].lower()
@@ -146,7 +181,7 @@ def test_mcq_letter_points_at_the_right_continuation(rows: list[dict], source: t
     for row in mcq:
         options, letter = row["options"], row["answer_letter"]
         assert len(set(options)) == 4 and options["ABCD".index(letter)] == row["reference_reaction"]
-        acks = [o for o in options if o in CANCELLATION_ACKS]
+        acks = [o for o in options if o in TRAIN.acknowledgements]
         assert len(acks) == 1  # exactly one "stop" option, right only for a Cancellation
         if row["interruption_type"] != "False Trigger":
             rest = row["answer"][len(row["partial_answer"]) + 1 :]
@@ -183,7 +218,68 @@ def test_build_ovi_train_writes_everything(tmp_path: Path):
         assert Sample.from_row(json.loads(json.dumps(sample.to_row()))) == sample
     info = json.loads((out / "build_info.json").read_text())
     assert info["quarantined"] == 2 and info["seed"] == 0
+    assert info["settings"]["phrasings"] == {
+        "version": PHRASINGS_VERSION,
+        "bank": "train",
+        "paraphrased_share": 0,
+    }
+    assert info["by_phrasing"] == {"train": info["rows"]}
     assert any(r.startswith("v_half[1]: segment end 11") for r in info["quarantine_reasons"])
     assert any(r.startswith("v_novideo: video not found") for r in info["quarantine_reasons"])
     stats = (out / "stats.md").read_text()
     assert "| synthetic |" in stats and "| mcq |" in stats and "Quarantined: 2" in stats
+    assert "| train |" in stats and f"phrasings v{PHRASINGS_VERSION}" in stats
+
+
+def _texts(row: dict) -> list[str]:
+    """The row's texts phrasings reach: the utterance, the reaction, and the options."""
+    return [row["interruption"], row["reference_reaction"], *row.get("options", [])]
+
+
+def test_an_eval_build_speaks_only_eval_and_paraphrased_words_in_the_configured_share(
+    source: tuple[Path, Path],
+):
+    rows, _ = build_ovi_items(ovi_build(*source, seed=0, phrase_bank="eval", paraphrased_share=0.3))
+    assert {r["phrasing"] for r in rows} == {"eval", "paraphrased"}
+    for row in rows:
+        bank = BANKS[row["phrasing"]]
+        utterances = bank.utterances[row["interruption_type"]]
+        assert any(phrased_by(row["interruption"], phrasing) for phrasing in utterances), row["interruption"]
+        if row["interruption_type"] == "Cancellation":
+            assert row["reference_reaction"] in bank.acknowledgements
+        for text in _texts(row):
+            assert not [p for p in TRAIN.phrasings if phrased_by(text, p)], text
+    for kind in ("Cancellation", "Correction", "False Trigger"):  # each type gets its share
+        phrasings = [r["phrasing"] for r in rows if r["format"] == "open" and r["interruption_type"] == kind]
+        assert abs(phrasings.count("paraphrased") / len(phrasings) - 0.3) <= 0.05, (kind, Counter(phrasings))
+    only_eval, _ = build_ovi_items(ovi_build(*source, seed=0, phrase_bank="eval", paraphrased_share=0.0))
+    assert {r["phrasing"] for r in only_eval} == {"eval"}
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"paraphrased_share": 1.5}, "paraphrased_share must be in"),
+        ({"min_spoken_s": -1.0}, "min_spoken_s not negative"),
+        ({"phrase_bank": "paraphrased"}, "phrase_bank must be one of train, eval"),
+    ],
+)
+def test_bad_timing_or_phrasing_settings_are_named(source: tuple[Path, Path], setting: dict, message: str):
+    with pytest.raises(SettingError, match=message):
+        build_ovi_items(ovi_build(*source, **setting))
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_every_open_item_of_the_synthetic_twin_is_cut_after_3_tokens(synthetic_build):
+    """The offline simulation cuts the model's own answer at (t_i - t_q) x 3 tokens/s: never before 3
+    tokens, unless the whole answer is shorter; and no t_i is held back at the video's end."""
+    rows = [r for r in _jsonl(synthetic_build.ovibench / "ovibench.jsonl") if r["format"] == "open"]
+    for row in rows:
+        tokens = math.floor((row["interruption_time"] - row["question_time"]) * 3 + 1e-6)
+        assert tokens >= 3 or len(row["answer"].split()) < 3, row
+        assert row["interruption_time"] == pytest.approx(row["question_time"] + _delay_s(row), abs=1e-3)
+        assert row["visual_evidence"]
+    assert any(r["interruption_time"] > r["duration"] for r in rows)

@@ -1,4 +1,5 @@
-"""Quality control: option-length rule, blind filter (fake, endpoint, local model), shuffling, letters."""
+"""Quality control: option-length rule, blind filter (one or two models: fakes, endpoints, a local model),
+shuffling, letters."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from fake_openai import completion
 from data_builders.errors import SettingError
 from data_builders.qc import (
     BlindFilterConfig,
+    BlindModelConfig,
     QcConfig,
     balance_step,
     blind_filter,
     first_letter,
+    make_blind_models,
     option_length_filter,
     qc_markdown,
     run_qc,
@@ -51,17 +54,15 @@ def _letter_of(prompt: str, text: str) -> str:
 
 
 class KnowsSome:
-    """A fake text model: right about questions whose stem has "easy", "A" otherwise."""
+    """A fake text model: right about questions whose stem has ``knows`` ("easy"), "A" otherwise."""
 
-    identity = "fake:knows-some"
-
-    def __init__(self, answers: dict[str, str]):
-        self.answers, self.calls = answers, 0
+    def __init__(self, answers: dict[str, str], knows: str = "easy", identity: str = "fake:knows-some"):
+        self.answers, self.knows, self.identity, self.calls = answers, knows, identity, 0
 
     def answer(self, prompt: str, *, seed: int) -> str:
         self.calls += 1
         stem = parse_options(prompt)[0]
-        return f"Answer: {_letter_of(prompt, self.answers[stem])}" if "easy" in stem else "A"
+        return f"Answer: {_letter_of(prompt, self.answers[stem])}" if self.knows in stem else "A"
 
 
 ROWS = [
@@ -103,12 +104,31 @@ def test_first_letter(reply: str, n: int, index: int | None):
 
 def test_blind_filter_drops_what_text_alone_answers_every_round():
     model = KnowsSome(ANSWERS)
-    step = blind_filter(ROWS, model, rounds=2, rotate=True)
+    step = blind_filter(ROWS, [model], rounds=2, rotate=True)
     assert [r["id"] for r in step.kept] == ["q1", "q3"]
     assert [i for i, _ in step.removed] == ["q0", "q2"]
     assert "2/2 rounds" in step.removed[0][1] and model.calls == 8
     # "A" is right in one round only for q1 and q3: rotation moves the right option's letter.
-    assert step.info["right_rounds"] == {"1": 2, "2": 2}
+    (report,) = step.info["models"]
+    assert report == {"model": "fake:knows-some", "asked": 4, "unjudged": 0, "right_rounds": {"1": 2, "2": 2}}
+
+
+def test_with_two_models_a_question_goes_only_when_both_answer_it_blind():
+    first = KnowsSome(ANSWERS, identity="fake:first")  # knows q0 and q2
+    second = KnowsSome(ANSWERS, knows="Another", identity="fake:second")  # knows q2 only
+    step = blind_filter(ROWS, [first, second], rounds=2, rotate=True)
+    assert [i for i, _ in step.removed] == ["q2"]
+    assert "fake:first: D, C; fake:second: D, C" in step.removed[0][1]
+    # The second model is asked only what the first answered right in every round: q0 and q2.
+    assert second.calls == 4 and [m["asked"] for m in step.info["models"]] == [4, 2]
+    assert "fake:first + fake:second; 2 rounds each; 0 unjudged" in qc_markdown([step])
+
+
+def test_no_model_no_blind_filter_and_the_stats_say_so():
+    step = blind_filter(ROWS, [], rounds=2, rotate=True)
+    assert step.kept == ROWS and step.report()["reason"] == "no model configured"
+    assert "| blind | 4 | 0 | off: no model configured |" in qc_markdown([step])
+    assert make_blind_models(BlindFilterConfig()) == []
 
 
 def test_rotation_stops_a_model_that_always_says_a():
@@ -119,19 +139,36 @@ def test_rotation_stops_a_model_that_always_says_a():
             return "A"
 
     rows = [_row(f"q{i}", f"Q{i}?", ["x", "yy", "zzz", "w"], 0) for i in range(5)]
-    assert blind_filter(rows, AlwaysA(), rounds=2, rotate=True).removed == []
-    assert len(blind_filter(rows, AlwaysA(), rounds=2, rotate=False).removed) == 5
+    assert blind_filter(rows, [AlwaysA()], rounds=2, rotate=True).removed == []
+    assert len(blind_filter(rows, [AlwaysA()], rounds=2, rotate=False).removed) == 5
+
+
+class Flaky(KnowsSome):
+    """:class:`KnowsSome`, except that it cannot be asked about prompts with ``fails_on``."""
+
+    def __init__(self, answers: dict[str, str], fails_on: str, **settings: str):
+        super().__init__(answers, **settings)
+        self.fails_on = fails_on
+
+    def answer(self, prompt: str, *, seed: int) -> str:
+        if self.fails_on in prompt:
+            raise TextModelError("boom")
+        return super().answer(prompt, seed=seed)
 
 
 def test_unjudged_rows_are_kept_and_listed_and_a_dead_model_fails_fast():
-    class Flaky(KnowsSome):
-        def answer(self, prompt: str, *, seed: int) -> str:
-            if "hard two" in prompt:
-                raise TextModelError("boom")
-            return super().answer(prompt, seed=seed)
-
-    step = blind_filter(ROWS, Flaky(ANSWERS), rounds=2, rotate=True)
+    step = blind_filter(ROWS, [Flaky(ANSWERS, "hard two")], rounds=2, rotate=True)
     assert step.info["unjudged"] == ["q3"] and "q3" in [r["id"] for r in step.kept]
+    # With two models, one that answers q0 wrong decides it; one that cannot be asked leaves q2 unjudged.
+    second = Flaky(ANSWERS, "Another", knows="nothing", identity="fake:second")
+    step = blind_filter(ROWS, [KnowsSome(ANSWERS), second], rounds=2, rotate=True)
+    assert step.removed == [] and step.info["unjudged"] == ["q2"]
+    assert step.info["models"][1] == {
+        "model": "fake:second",
+        "asked": 2,
+        "unjudged": 1,
+        "right_rounds": {"1": 1},  # "A" is right in the round that rotates q0's answer to A
+    }
 
     class Dead:
         identity = "dead"
@@ -139,8 +176,8 @@ def test_unjudged_rows_are_kept_and_listed_and_a_dead_model_fails_fast():
         def answer(self, prompt: str, *, seed: int) -> str:
             raise TextModelError("connection refused")
 
-    with pytest.raises(TextModelError, match="first 3 questions failed"):
-        blind_filter(ROWS, Dead(), rounds=2, rotate=True)
+    with pytest.raises(TextModelError, match="dead: the first 3 questions failed"):
+        blind_filter(ROWS, [Dead()], rounds=2, rotate=True)
 
 
 def test_shuffle_and_balance_keep_the_right_option_and_report_shares():
@@ -156,7 +193,7 @@ def test_shuffle_and_balance_keep_the_right_option_and_report_shares():
 
 def test_run_qc_reports_every_step_in_markdown():
     rows = [dict(r) for r in ROWS]
-    kept, steps = run_qc(rows, QcConfig(), np.random.default_rng(0), KnowsSome(ANSWERS))
+    kept, steps = run_qc(rows, QcConfig(), np.random.default_rng(0), [KnowsSome(ANSWERS)])
     assert [s.name for s in steps] == ["option_length", "blind", "shuffle", "letters"]
     assert [r["id"] for r in kept] == ["q1", "q3"]
     text = qc_markdown(steps)
@@ -180,7 +217,7 @@ def _endpoint(base_url: str | None, model: str | None = "m", **server) -> dict:
     ],
 )
 @pytest.mark.parametrize(
-    ("config", "key"), [(BlindFilterConfig, "builder.qc.blind"), (QuestionConfig, "builder.questions")]
+    ("config", "key"), [(BlindModelConfig, "builder.qc.blind.first"), (QuestionConfig, "builder.questions")]
 )
 def test_text_model_setting_errors_name_the_key(config: type, key: str, settings: dict, message: str):
     assert make_text_model(config(), key) is None  # backend none: no model
@@ -188,10 +225,11 @@ def test_text_model_setting_errors_name_the_key(config: type, key: str, settings
         make_text_model(config(**settings), key)
 
 
-def test_qc_names_its_blind_filter_key():
+@pytest.mark.parametrize("slot", ["first", "second"])
+def test_qc_names_its_blind_filter_key(slot: str):
     rows = [dict(r) for r in ROWS]
-    blind = BlindFilterConfig(**_endpoint(None))
-    with pytest.raises(SettingError, match=re.escape("builder.qc.blind.endpoint.base_url")):
+    blind = BlindFilterConfig(**{slot: BlindModelConfig(**_endpoint(None))})
+    with pytest.raises(SettingError, match=re.escape(f"builder.qc.blind.{slot}.endpoint.base_url")):
         run_qc(rows, QcConfig(blind=blind), np.random.default_rng(0))
 
 
@@ -225,7 +263,7 @@ def test_endpoint_backend_retries_then_filters(server):
     model = EndpointTextModel(
         TextModelConfig(**_endpoint(url, "fake-model", max_retries=3)), sleep=sleeps.append
     )
-    step = blind_filter(ROWS, model, rounds=2, rotate=True)
+    step = blind_filter(ROWS, [model], rounds=2, rotate=True)
     assert [i for i, _ in step.removed] == ["q0", "q2"] and sleeps == [1.0, 2.0]
 
 
@@ -237,36 +275,50 @@ def test_endpoint_client_error_is_not_retried(server):
         model.answer("Q?\nA: x\nB: y", seed=0)
 
 
-def test_vp_sft_cli_with_an_endpoint_blind_filter(server, tmp_path: Path):
-    """The whole build: a server that "knows" the answers "green" and "down" gets those questions dropped."""
+def _blind_model(slot: str, url: str) -> list[str]:
+    """The command-line settings of blind-filter model ``slot`` (first, second) on the server at ``url``."""
+    keys = {"backend": "endpoint", "model": f"fake-{slot}", "endpoint.base_url": url}
+    return [f"builder.qc.blind.{slot}.{key}={value}" for key, value in keys.items()]
+
+
+def test_vp_sft_cli_with_one_or_two_endpoint_blind_filters(server, tmp_path: Path):
+    """The whole build. One server "knows" the answers "green" and "down": alone, it gets those questions
+    dropped; with a second server that knows "green" and "left", only the "green" ones go."""
     from data_builders.synthetic_world import build_world
 
     build_world(tmp_path / "world", 4, seed=0)
-    known = ("green", "down")
-    url = server(lambda prompt: _letter_of(prompt, next((k for k in known if k in prompt.split()), "?")))
+
+    def knowing(*known: str) -> str:
+        return server(lambda prompt: _letter_of(prompt, next((k for k in known if k in prompt.split()), "?")))
+
+    first, second = knowing("green", "down"), knowing("green", "left")
     command = [sys.executable, "-m", "data_builders", "builder=vp_sft", "builder.world=world"]
     base = [*command, "builder.questions_per_video=6", "builder.shapes=[rectangle,triangle,scribble,som]"]
-    endpoint = [
-        f"builder.qc.blind.endpoint.base_url={url}",
-        "builder.qc.blind.backend=endpoint",
-        "builder.qc.blind.model=fake",
-    ]
-    for out, extra in (("plain", []), ("blind", endpoint)):
+    builds = {
+        "plain": [],
+        "one": _blind_model("first", first),
+        "two": [*_blind_model("first", first), *_blind_model("second", second)],
+    }
+    for out, extra in builds.items():
         done = subprocess.run(
             [*base, f"builder.out={out}", *extra], cwd=tmp_path, capture_output=True, text=True
         )
         assert done.returncode == 0, done.stderr
-    plain, blind = (json.loads((tmp_path / o / "build_info.json").read_text()) for o in ("plain", "blind"))
-    dropped = [r for r in _rows(tmp_path / "plain") if _answer_text(r) in known]
-    step = next(s for s in blind["qc"] if s["step"] == "blind")
-    assert dropped and sorted(r["id"] for r in step["removed"]) == sorted(r["id"] for r in dropped)
-    assert blind["questions"] == plain["questions"] - len(dropped)
-    assert not [r for r in _rows(tmp_path / "blind") if _answer_text(r) in known]
+    info = {out: json.loads((tmp_path / out / "build_info.json").read_text()) for out in builds}
+    assert "| 0 | off: no model configured |" in (tmp_path / "plain" / "stats.md").read_text()
+    for out, known in (("one", {"green", "down"}), ("two", {"green"})):
+        dropped = [r for r in _rows(tmp_path / "plain") if _answer_text(r) in known]
+        step = next(s for s in info[out]["qc"] if s["step"] == "blind")
+        assert dropped and sorted(r["id"] for r in step["removed"]) == sorted(r["id"] for r in dropped)
+        assert info[out]["questions"] == info["plain"]["questions"] - len(dropped)
+        assert not [r for r in _rows(tmp_path / out) if _answer_text(r) in known]
+    models = [m["model"].split("|")[0] for m in step["models"]]
+    assert models == ["endpoint:fake-first", "endpoint:fake-second"]
     # Removed questions' frames are gone from the release; kept ones are there.
-    frames = tmp_path / "blind" / "v2p" / "frames"
+    frames = tmp_path / "two" / "v2p" / "frames"
     assert not any((frames / r["frame_path"]).exists() for r in dropped)
-    assert all((frames / r["frame_path"]).exists() for r in _rows(tmp_path / "blind"))
-    assert "## Quality control" in (tmp_path / "blind" / "stats.md").read_text()
+    assert all((frames / r["frame_path"]).exists() for r in _rows(tmp_path / "two"))
+    assert "## Quality control" in (tmp_path / "two" / "stats.md").read_text()
     shapes = {r["prompt_shape"] for r in _rows(tmp_path / "plain")}
     assert shapes == {"rectangle", "triangle", "scribble", "som"}
 
@@ -296,9 +348,10 @@ def test_local_backend_answers_from_a_model_directory(tmp_path: Path):
     )
     LlamaForCausalLM(config).save_pretrained(tmp_path / "lm")
     tokenizer.save_pretrained(tmp_path / "lm")
-    model = make_text_model(
-        BlindFilterConfig(backend="local", model=str(tmp_path / "lm")), "builder.qc.blind"
+    (model,) = make_blind_models(
+        BlindFilterConfig(second=BlindModelConfig(backend="local", model=str(tmp_path / "lm")))
     )
     assert isinstance(model.answer(ROWS[0]["question"], seed=0), str)
-    step = blind_filter(ROWS, model, rounds=2, rotate=True)
-    assert step.info["backend"].startswith("local:") and len(step.kept) + len(step.removed) == len(ROWS)
+    step = blind_filter(ROWS, [model], rounds=2, rotate=True)
+    (report,) = step.info["models"]
+    assert report["model"].startswith("local:") and len(step.kept) + len(step.removed) == len(ROWS)

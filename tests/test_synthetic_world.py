@@ -143,6 +143,25 @@ def test_same_seed_gives_identical_files_and_frames(world, tmp_path):
         assert np.array_equal(read_all_frames(video), read_all_frames(tmp_path / "videos" / video.name))
 
 
+def test_a_synthetic_build_is_the_same_for_the_same_seed(synthetic_build, tmp_path):
+    """Every dataset of the build, rebuilt elsewhere from the same config, has the same rows."""
+    from data_builders.build import build_synthetic
+    from data_builders.cli_config import SyntheticDataConfig
+
+    built = json.loads((synthetic_build.ovibench.parent / "build.json").read_text())["config"]
+    again = build_synthetic(SyntheticDataConfig(**{**built, "root": str(tmp_path / "again")}))
+    for first, second in (
+        (synthetic_build.ovibench / "ovibench.jsonl", again.ovibench / "ovibench.jsonl"),
+        (synthetic_build.ovi_train.parent / "ovibench.jsonl", again.ovi_train.parent / "ovibench.jsonl"),
+        (synthetic_build.v2p_bench / "dataset_info.jsonl", again.v2p_bench / "dataset_info.jsonl"),
+        (
+            synthetic_build.v2p_sft.parent / "v2p" / "dataset_info.jsonl",
+            again.v2p_sft.parent / "v2p" / "dataset_info.jsonl",
+        ),
+    ):
+        assert first.read_text() == second.read_text(), first
+
+
 def test_other_seed_gives_another_world(world, tmp_path):
     root, _ = world
     build_world(tmp_path, 2, SEED + 1, num_frames=16)
