@@ -34,7 +34,7 @@ def main() -> None:
     assert len(items) == ITEMS, f"the synthetic V2P twin has {len(items)} items, {ITEMS} wanted"
     model, processor = load_model(cfg.model)
     model.eval()
-    adapter = make_adapter(cfg.model.family, processor, cfg.media, cache)
+    adapter = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)
     new_tokens = count_new_tokens(model)
 
     def run(size: int) -> None:

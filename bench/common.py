@@ -76,7 +76,7 @@ def training_setup(*overrides: str) -> Setup:
     resolve_synthetic_data(cfg)
     cache = FrameCache(cfg.data.frame_cache)
     _, processor = load_model(cfg.model)
-    adapter = make_adapter(cfg.model.family, processor, cfg.media, cache)
+    adapter = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)
     samples, _ = check_media(load_samples(cfg.data.train), cfg.media, cache, desc="warm cache")
     return Setup(cfg, processor, adapter, samples)
 

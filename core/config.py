@@ -30,6 +30,14 @@ class Family(Choice):
     internvl = "internvl"
 
 
+class ChatFormatVariant(Choice):
+    """Which prompt format a model is trained and scored with (models/chat.py renders both). They differ for
+    llava_onevision only: the other families' released chat templates give the model the same inputs."""
+
+    trained = "trained"  # the format the weights were trained with (the lmms-eval convention)
+    released = "released"  # the checkpoint's released HF chat template
+
+
 class Dtype(Choice):
     """The weights' dtype when loaded. auto: bf16 on GPUs that have it, else fp32."""
 
@@ -45,6 +53,7 @@ class ModelConfig:
 
     name_or_path: str = "???"  # hub name or local checkpoint directory
     family: Family = Family.qwen2_5_vl  # must be the checkpoint's own model_type (checked at load)
+    chat_format: ChatFormatVariant = ChatFormatVariant.trained  # trained | released (the HF chat template)
     tiny: bool = False  # build a tiny random model of `family` at name_or_path if absent (tests, quickstart)
     dtype: Dtype = Dtype.auto
     attn_implementation: str = "sdpa"
@@ -226,6 +235,7 @@ class EvalRunConfig(RunConfig):
     # spec and benchmarks its run recorded (resolved_config.yaml), unless the roots are given here.
     checkpoint: str | None = None
     score_file: str | None = None  # score a V2P response file (release rows + response, model); no model runs
+    show_prompt: str | None = None  # print the rendered prompt of this item id and stop; no weights load
     logger: LoggerConfig = field(default_factory=lambda: LoggerConfig(wandb=False))
     run_name: str = "eval"
 

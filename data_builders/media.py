@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +27,9 @@ from data_builders.sample import Sample
 
 # Qwen-VL style models see frames as 14-px patches merged 2x2, so sides are multiples of 28.
 PATCH_GRID = 28
-SPEC_VERSION = 2  # 2: frames resized as the Qwen-VL processors round (smart_resize), with a minimum
+# 2: frames resized as the Qwen-VL processors round (smart_resize), with a minimum; 3: a later span of a
+# video in the same sample sampled at the first span's frame rate (follow_on_spec)
+SPEC_VERSION = 3
 
 
 class Decoder(Choice):
@@ -127,6 +129,38 @@ def resize_frames(frames: np.ndarray, min_pixels: int, max_pixels: int) -> np.nd
     if (h, w) == frames.shape[1:3]:
         return frames
     return np.stack([np.asarray(Image.fromarray(f).resize((w, h), Image.BICUBIC)) for f in frames])
+
+
+def follow_on_spec(spec: MediaSpec, shown_s: float, span_s: float) -> MediaSpec:
+    """The spec for a later span of a video already shown for ``shown_s`` seconds in the same sample.
+
+    An OVI interruption brings the frames since the question, often under a second: sampled like the
+    history it would get as many frames as all of it (``num_frames`` over 0.4 s is a dozen distinct frames
+    repeated). It is sampled at the history's frame rate instead, at least ``min_frames`` and at most
+    ``num_frames``, an even count (the Qwen-VL towers merge frames in pairs). A spec that samples by
+    ``fps`` already does this, and is returned as it is.
+    """
+    if spec.num_frames is None or shown_s <= 0:
+        return spec
+    count = math.ceil(span_s * spec.num_frames / shown_s - 1e-9)
+    count += count % 2
+    return replace(spec, num_frames=max(spec.min_frames, min(spec.num_frames, count)))
+
+
+def span_specs(sample: Sample, spec: MediaSpec, *, follow_on: bool = True) -> list[MediaSpec]:
+    """The spec each video span of ``sample`` is sampled with, in turn order: ``spec`` for a video's first
+    span, :func:`follow_on_spec` for its later ones (or ``spec`` again when ``follow_on`` is False: a
+    family whose processor needs one frame count for every span)."""
+    shown: dict[str, float] = {}
+    specs = []
+    for part in (p for turn in sample.turns for p in turn.parts if p.type == "video"):
+        length = float(part.end) - float(part.start)
+        if part.path in shown and follow_on:
+            specs.append(follow_on_spec(spec, shown[part.path], length))
+        else:
+            specs.append(spec)
+            shown.setdefault(part.path, length)
+    return specs
 
 
 def sample_indices(total_frames: int, fps: float, start: float, end: float, spec: MediaSpec) -> list[int]:
@@ -275,10 +309,11 @@ def check_media(
     usable, quarantined = [], []
     for sample in tqdm(samples, desc=f"decode {desc}", unit="sample"):
         try:
+            specs = iter(span_specs(sample, spec))
             for turn in sample.turns:
                 for part in turn.parts:
                     if part.type == "video":
-                        cache.clip(part.path, part.start, part.end, spec)
+                        cache.clip(part.path, part.start, part.end, next(specs))
                     elif part.type == "image":
                         load_image(part.path, spec)
             usable.append(sample)

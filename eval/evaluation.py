@@ -36,7 +36,7 @@ from eval.judging import Judging, judge_summary, make_judge
 from eval.outputs import log_model, write_summary
 from eval.results_cache import ResultsCache, Weights, item_fingerprint
 from eval.scored import scored_record
-from models.chat import CHAT_FORMATS, VideoChatAdapter
+from models.chat import VideoChatAdapter, chat_format_for
 from models.loading import resolve_dtype
 
 
@@ -77,7 +77,7 @@ class Evaluation:
         self.results_cache = ResultsCache(cfg.eval.results_cache) if cfg.eval.results_cache else None
         common = {
             "media": cfg.media.fingerprint,
-            "chat_format": CHAT_FORMATS[cfg.model.family].fingerprint,
+            "chat_format": chat_format_for(cfg.model.family, cfg.model.chat_format).fingerprint,
             "dtype": str(resolve_dtype(cfg.model.dtype)),
         }
         self.suites = load_suites(cfg.eval, cfg.media, cache, run_dir, common)
@@ -121,8 +121,7 @@ class Evaluation:
             write_json_atomic(self.run_dir.settings_file(name), made_with, indent=2)
             self.run_dir.add_model(name, step)
             summary = self.write_summary()
-            is_baseline = name == self.run_dir.models()[0][0]
-            log_model(self.logger, summary, name, step, is_baseline, self._tables(name))
+            log_model(self.logger, summary, name, step, self._tables(name))
         distributed.barrier()  # training resumes on every rank together, after rank 0 has written
         return summary
 
@@ -190,9 +189,7 @@ class Evaluation:
         }
         derived = {b: s.info for b, s in self.suites.items() if s.bench.source}
         if derived:
-            # Text- vs visual-prompt accuracy is labelled "baseline" for the first model, as in the tables.
-            labelled = {("baseline" if i == 0 else name): scored[name] for i, (name, _) in enumerate(models)}
-            extra["diagnostics"] = summary_entry(derived, labelled, self.cfg.media)
+            extra["diagnostics"] = summary_entry(derived, scored, self.cfg.media)
         described = {
             bench: {
                 "version": suite.bench.version,

@@ -23,7 +23,7 @@ def run(cfg: EvalRunConfig) -> dict:
     shared through ``eval.results_cache``, keyed by the model's and the checkpoint's files, not their paths.
     """
     checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else None
-    quantized = checkpoint is not None and _as_its_run_did(cfg, checkpoint)
+    quantized = checkpoint is not None and adopt_run_settings(cfg, checkpoint)
     resolve_synthetic_data(cfg)
     run_dir = RunDir(cfg.run_dir)
     run_dir.path.mkdir(parents=True, exist_ok=True)
@@ -39,14 +39,14 @@ def run(cfg: EvalRunConfig) -> dict:
             model, processor = load_base(cfg.model, quantized=quantized, device=device)
             if checkpoint is not None:
                 model = CheckpointModels(model, cfg.model, device).load(checkpoint)
-        chat = make_adapter(cfg.model.family, processor, cfg.media, cache)
+        chat = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)
         name = checkpoint.name if checkpoint is not None else "model"
         return evaluation.evaluate(model, chat, name, step=0, checkpoint=checkpoint)
     finally:
         logger.finish()
 
 
-def _as_its_run_did(cfg: EvalRunConfig, checkpoint: Path) -> bool:
+def adopt_run_settings(cfg: EvalRunConfig, checkpoint: Path) -> bool:
     """Evaluate a training checkpoint on its run's base, media spec and benchmarks, when the run's resolved
     config is beside it; returns whether the base is loaded in 4 bits (a QLoRA run).
 

@@ -97,7 +97,7 @@ def watch(
         cache = FrameCache(cfg.data.frame_cache)
         evaluation = Evaluation(cfg, run_dir, logger, cache)
         base, processor = load_base(cfg.model, quantized=cfg.peft.method is PeftMethod.qlora, device=device)
-        chat = make_adapter(cfg.model.family, processor, cfg.media, cache)
+        chat = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)
         models = CheckpointModels(base, cfg.model, device)
         evaluated = {name for name, _ in run_dir.models()}
 

@@ -6,18 +6,24 @@ scored on. All five supported families (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, LLaVA-On
 ChatML (``<|im_start|>role\\n … <|im_end|>\\n``); they differ only in the system prompt and in the
 placeholder each puts where a video or an image goes, which its processor then expands into vision
 tokens. So one adapter class, parameterised by a small per-family ``ChatFormat``, covers them all.
+
+``model.chat_format`` picks between the format a family's weights were trained with (``trained``, the
+default and the lmms-eval convention) and its checkpoint's released HF chat template (``released``). Only
+LLaVA-OneVision's differ: the released template has no system turn and puts a turn's media before its text.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
+from core.config import ChatFormatVariant
 from data_builders.errors import ConfigError
-from data_builders.media import FrameCache, MediaSpec, load_image
+from data_builders.media import FrameCache, MediaSpec, load_image, span_specs
 from data_builders.sample import Sample, Turn
 
 IGNORE_INDEX = -100
@@ -39,6 +45,8 @@ class ChatFormat:
         image: what stands for one still image in a user turn (the processor expands it).
         turn_start: opens a turn, followed by the role and a newline.
         turn_end: closes a turn; supervised with each trained assistant turn, so the model learns to stop.
+        media_first: within each turn, every image placeholder, then every video placeholder, then the
+            text; False keeps the parts where the sample puts them.
     """
 
     system: str | None
@@ -46,12 +54,15 @@ class ChatFormat:
     image: str
     turn_start: str = "<|im_start|>"
     turn_end: str = "<|im_end|>"
+    media_first: bool = False
 
     @property
     def fingerprint(self) -> str:
         """A short hash of how prompts are rendered: part of every evaluation result's setting, so a change
         to a chat format (or to ``RENDER_VERSION``) makes stored predictions be generated again."""
         fields = {"render_version": RENDER_VERSION, **asdict(self)}
+        if not self.media_first:  # added later: the formats without it keep their stored predictions
+            del fields["media_first"]
         return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -68,6 +79,17 @@ CHAT_FORMATS = {
     # "<IMG_CONTEXT>" one "<img>…</img>" run per tile; no system turn, as in the -hf chat template.
     "internvl": ChatFormat(None, "<video>\n", "<IMG_CONTEXT>\n"),
 }
+
+# model.chat_format=released: the released HF chat templates, where they write a conversation otherwise than
+# CHAT_FORMATS. Qwen2-VL, Qwen2.5-VL, Qwen3-VL and InternVL3 are absent: their released templates give the
+# same model inputs as the format they were trained with, so both choices render them alike.
+RELEASED_CHAT_FORMATS = {
+    # llava-hf/llava-onevision-qwen2-*-ov-hf: no system turn; in each turn "<image>\n" per image, then
+    # "<video>\n" per video, then the text.
+    "llava_onevision": ChatFormat(None, "<video>\n", "<image>\n", media_first=True),
+}
+# How a media_first format orders a turn's parts.
+_MEDIA_FIRST_ORDER = {"image": 0, "video": 1, "text": 2}
 
 
 @dataclass
@@ -88,14 +110,26 @@ class VideoChatAdapter:
         processor: the checkpoint's HF processor.
         media: the run's media spec; frames come from ``cache`` (decoded once per video and spec).
         cache: the frame cache shared by training and evaluation.
-        chat: the family's chat format (``CHAT_FORMATS[family]``); Qwen2.5-VL's by default.
+        chat: the family's chat format (``chat_format_for(family, variant)``); Qwen2.5-VL's by default.
+        follow_on: sample a later span of a video the sample already showed (an OVI interruption's clip)
+            at its first span's frame rate (``data_builders.media.follow_on_spec``); False for a family
+            whose processor needs one frame count for every span.
     """
 
-    def __init__(self, processor, media: MediaSpec, cache: FrameCache, chat: ChatFormat | None = None):
+    def __init__(
+        self,
+        processor,
+        media: MediaSpec,
+        cache: FrameCache,
+        chat: ChatFormat | None = None,
+        *,
+        follow_on: bool = True,
+    ):
         self.processor = processor
         self.media = media
         self.cache = cache
         self.chat = chat or CHAT_FORMATS["qwen2_5_vl"]
+        self.follow_on = follow_on
         tokenizer = processor.tokenizer
         self.pad_id = tokenizer.pad_token_id
         self.turn_end_id = tokenizer.convert_tokens_to_ids(self.chat.turn_end)
@@ -111,20 +145,25 @@ class VideoChatAdapter:
             assert turns[-1].role == "assistant", f"{sample.id}: the last turn must be the reference answer"
             turns = turns[:-1]
         chat = self.chat
+        # Each video span's spec, in order (media_first keeps the videos' order within a turn).
+        specs = iter(span_specs(replace(sample, turns=turns), self.media, follow_on=self.follow_on))
         out = Rendered(text=f"{self._header('system')}{chat.system}{chat.turn_end}\n" if chat.system else "")
         for turn in turns:
-            out.text += f"{self._header(turn.role)}{self._render_parts(turn, out)}{chat.turn_end}\n"
+            out.text += f"{self._header(turn.role)}{self._render_parts(turn, out, specs)}{chat.turn_end}\n"
             if turn.role == "assistant":
                 out.loss_flags.append(turn.loss)
         if for_generation:
             out.text += self._header("assistant")
         return out
 
-    def _render_parts(self, turn: Turn, out: Rendered) -> str:
+    def _render_parts(self, turn: Turn, out: Rendered, specs: Iterator[MediaSpec]) -> str:
+        parts = turn.parts
+        if self.chat.media_first:  # a stable sort: images, videos and texts each keep their own order
+            parts = sorted(parts, key=lambda part: _MEDIA_FIRST_ORDER[part.type])
         text = ""
-        for part in turn.parts:
+        for part in parts:
             if part.type == "video":
-                clip = self.cache.clip(part.path, part.start, part.end, self.media)
+                clip = self.cache.clip(part.path, part.start, part.end, next(specs))
                 out.videos.append(clip.frames)
                 out.video_metadata.append(clip.processor_metadata())
                 text += self.chat.video
@@ -186,21 +225,40 @@ class VideoChatAdapter:
         return self.processor.tokenizer.batch_decode(sequences[:, prompt_length:], skip_special_tokens=True)
 
 
+def chat_format_for(family: str, variant: str = ChatFormatVariant.trained) -> ChatFormat:
+    """How a family's prompts are written under ``model.chat_format=variant`` (trained | released).
+
+    Raises:
+        ConfigError: the family or the variant is unknown.
+    """
+    if family not in CHAT_FORMATS:
+        raise ConfigError(f"model.family={family!r} is not one of {', '.join(CHAT_FORMATS)}")
+    if variant not in ChatFormatVariant.__members__:
+        raise ConfigError(f"model.chat_format={variant!r} is not one of {', '.join(ChatFormatVariant)}")
+    if variant == ChatFormatVariant.released:
+        return RELEASED_CHAT_FORMATS.get(family, CHAT_FORMATS[family])
+    return CHAT_FORMATS[family]
+
+
 # Their processors stack all videos of a batch into one tensor, so every span needs the same frame count.
 _FIXED_FRAME_COUNT = {"llava_onevision", "internvl"}
 
 
-def make_adapter(family: str, processor, media: MediaSpec, cache: FrameCache) -> VideoChatAdapter:
-    """The adapter for a model family (``model.family``: a key of ``CHAT_FORMATS``).
+def make_adapter(
+    family: str, processor, media: MediaSpec, cache: FrameCache, chat_format: str = ChatFormatVariant.trained
+) -> VideoChatAdapter:
+    """The adapter for a model family (``model.family``: a key of ``CHAT_FORMATS``) and its prompt format
+    (``model.chat_format``).
 
     Raises:
-        ConfigError: the family is unknown, or it needs a fixed frame count and ``media.num_frames`` is unset.
+        ConfigError: the family or the chat format is unknown, or the family needs a fixed frame count and
+            ``media.num_frames`` is unset.
     """
-    if family not in CHAT_FORMATS:
-        raise ConfigError(f"model.family={family!r} is not one of {', '.join(CHAT_FORMATS)}")
+    chat = chat_format_for(family, chat_format)
     if family in _FIXED_FRAME_COUNT and media.num_frames is None:
         raise ConfigError(
             f"model.family={family} needs media.num_frames: its processor stacks the videos of a batch into "
             f"one tensor, so every span must have the same frame count (media.fps sampling varies it)"
         )
-    return VideoChatAdapter(processor, media, cache, CHAT_FORMATS[family])
+    fixed = family in _FIXED_FRAME_COUNT
+    return VideoChatAdapter(processor, media, cache, chat, follow_on=not fixed)

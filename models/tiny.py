@@ -107,6 +107,8 @@ def _qwen_token_ids(tokenizer) -> dict:
 
 # mrope_section must sum to head_dim / 2 (temporal, height, width rotary channels).
 _MROPE = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
+# The vision tower shared by Qwen2.5-VL and Qwen3-VL (each adds its own keys).
+_VISION = {"depth": 2, "hidden_size": 64, "intermediate_size": 128, "num_heads": 4}
 
 
 def _qwen_processor(processor_cls, video_processor_cls, tokenizer, patch: int, max_pixels: int):
@@ -142,15 +144,7 @@ def _build_qwen2_5_vl(tokenizer, hidden: int, layers: int, max_pixels: int):
 
     config = Qwen2_5_VLConfig(
         text_config=_text_config(tokenizer, hidden, layers, rope_parameters=_MROPE),
-        vision_config={
-            "depth": 2,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_heads": 4,
-            "out_hidden_size": hidden,
-            "fullatt_block_indexes": [1],
-            "window_size": 56,
-        },
+        vision_config={**_VISION, "out_hidden_size": hidden, "fullatt_block_indexes": [1], "window_size": 56},
         tie_word_embeddings=False,
         **_qwen_token_ids(tokenizer),
     )
@@ -166,10 +160,7 @@ def _build_qwen3_vl(tokenizer, hidden: int, layers: int, max_pixels: int):
     config = Qwen3VLConfig(
         text_config=_text_config(tokenizer, hidden, layers, head_dim=_HEAD_DIM, rope_parameters=rope),
         vision_config={
-            "depth": 2,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_heads": 4,
+            **_VISION,
             "out_hidden_size": hidden,
             "num_position_embeddings": 64,  # an 8 x 8 grid, interpolated to each frame's patch grid
             "deepstack_visual_indexes": [0],

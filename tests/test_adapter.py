@@ -69,3 +69,21 @@ def test_generation_prompt_is_the_training_prompt_up_to_the_answer(adapter, ovi_
     assert prompt.endswith("<|im_start|>assistant\n")
     assert train_text.startswith(prompt)
     assert train_text[len(prompt) :] == "Okay, I'll stop here.<|im_end|>\n"
+
+
+def test_an_interruption_clip_is_sampled_at_the_historys_frame_rate(adapter, ovi_like_sample, tmp_path):
+    from dataclasses import replace
+
+    long_history = [
+        Turn("user", [replace(ovi_like_sample.turns[0].parts[0], end=1.5), Part.txt("What moves?")]),
+        *ovi_like_sample.turns[1:],
+    ]
+    long_history[2] = Turn("user", [Part.video(long_history[2].parts[0].path, 1.5, 1.75), Part.txt("Stop.")])
+    sample = replace(ovi_like_sample, turns=long_history)
+    rendered = adapter.render(sample, for_generation=False)
+    # 4 frames over 1.5 s; 0.25 s at that rate is under one frame: the floor of 2, not 4 again.
+    assert [len(video) for video in rendered.videos] == [4, 2]
+    batch = adapter.training_batch([rendered])
+    assert batch["video_grid_thw"][:, 0].tolist() == [2, 1]  # frames merge in pairs
+    fixed = VideoChatAdapter(adapter.processor, adapter.media, adapter.cache, follow_on=False)
+    assert [len(video) for video in fixed.render(sample, for_generation=False).videos] == [4, 4]

@@ -12,6 +12,7 @@ from data_builders.media import (
     MediaSpec,
     decode_clip,
     decode_span,
+    follow_on_spec,
     sample_indices,
     smart_resize,
 )
@@ -31,6 +32,23 @@ def test_sample_indices_are_segment_midpoints():
     spec = MediaSpec(num_frames=4)
     assert sample_indices(32, 8.0, 0.0, 4.0, spec) == [4, 12, 20, 28]
     assert sample_indices(32, 8.0, 2.0, 3.0, spec) == [17, 19, 21, 23]
+
+
+@pytest.mark.parametrize(
+    ("shown_s", "span_s", "frames"),
+    [
+        (32.0, 0.4, 2),  # 2 fps history: a 0.4 s clip gets the floor, not 64 frames
+        (32.0, 3.0, 6),  # 6 frames at 2 fps
+        (32.0, 2.3, 6),  # 4.6 rounded up, then to an even count
+        (16.0, 40.0, 64),  # never more than the history's own count
+    ],
+)
+def test_a_follow_on_span_is_sampled_at_the_historys_frame_rate(shown_s, span_s, frames):
+    spec = MediaSpec(num_frames=64)
+    assert follow_on_spec(spec, shown_s, span_s).num_frames == frames
+    assert follow_on_spec(MediaSpec(num_frames=64, min_frames=4), 32.0, 0.4).num_frames == 4
+    by_rate = MediaSpec(num_frames=None, fps=2.0)
+    assert follow_on_spec(by_rate, shown_s, span_s) is by_rate  # already sampled by its length
 
 
 def test_fps_sampling_is_bounded_by_max_frames():

@@ -15,7 +15,7 @@ from data_builders.errors import ConfigError
 from data_builders.media import FrameCache, MediaSpec
 from data_builders.sample import Part, Sample, Turn
 from data_builders.video_io import write_mp4
-from models.chat import CHAT_FORMATS, IGNORE_INDEX, make_adapter
+from models.chat import CHAT_FORMATS, IGNORE_INDEX, RELEASED_CHAT_FORMATS, chat_format_for, make_adapter
 from models.tiny import FAMILIES, build_tiny_checkpoint
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -36,8 +36,10 @@ def adapters(checkpoints, tmp_path_factory):
     cache = FrameCache(tmp_path_factory.mktemp("cache"))
     media = MediaSpec(num_frames=4)
 
-    def adapter(family: str):
-        return make_adapter(family, AutoProcessor.from_pretrained(checkpoints(family)), media, cache)
+    def adapter(family: str, chat_format: str = "trained"):
+        return make_adapter(
+            family, AutoProcessor.from_pretrained(checkpoints(family)), media, cache, chat_format
+        )
 
     return adapter
 
@@ -67,9 +69,15 @@ def samples(tmp_path_factory):
     ]
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_labels_cover_exactly_the_trained_assistant_text(family, adapters, samples):
-    adapter = adapters(family)
+# Every family as trained, and each family whose released chat template writes prompts otherwise.
+FORMATS = [(family, "trained") for family in FAMILIES] + [
+    (family, "released") for family in RELEASED_CHAT_FORMATS
+]
+
+
+@pytest.mark.parametrize(("family", "chat_format"), FORMATS)
+def test_labels_cover_exactly_the_trained_assistant_text(family, chat_format, adapters, samples):
+    adapter = adapters(family, chat_format)
     batch = adapter.training_batch([adapter.render(s, for_generation=False) for s in samples])
     rows = zip(batch["input_ids"], batch["labels"], strict=True)
     supervised = [adapter.processor.tokenizer.decode(ids[labels != IGNORE_INDEX]) for ids, labels in rows]
@@ -115,6 +123,45 @@ def test_every_model_config_names_its_family(compose, name):
     else:
         assert model.name_or_path == REAL_CHECKPOINTS[name] and name.startswith(f"{model.family}_")
     assert model.family in CHAT_FORMATS
+
+
+def test_the_released_chat_template_is_the_trained_format_for_all_but_llava_onevision():
+    assert set(RELEASED_CHAT_FORMATS) == {"llava_onevision"}
+    for family in set(FAMILIES) - {"llava_onevision"}:
+        assert (
+            chat_format_for(family, "released") == chat_format_for(family, "trained") == CHAT_FORMATS[family]
+        )
+    # Stored predictions of one llava_onevision format are not taken for the other's.
+    trained, released = (chat_format_for("llava_onevision", variant) for variant in ("trained", "released"))
+    assert released != trained and released.fingerprint != trained.fingerprint
+
+
+def test_llava_onevision_released_has_no_system_turn_and_puts_a_turns_media_before_its_text(
+    adapters, samples
+):
+    """As llava-hf/llava-onevision-qwen2-*-ov-hf's chat template writes it: "<image>\\n" per image, then
+    "<video>\\n" per video, then the text; no system turn."""
+    released = adapters("llava_onevision", "released").render(samples[0], for_generation=True).text
+    assert released == (
+        "<|im_start|>user\n<image>\n<video>\nWhat moves?<|im_end|>\n"
+        "<|im_start|>assistant\nA red circle moves<|im_end|>\n"
+        "<|im_start|>user\n<video>\nStop, never mind.<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    trained = adapters("llava_onevision").render(samples[0], for_generation=True).text
+    assert trained.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n")
+    assert "<|im_start|>user\n<video>\nWhat moves?<image>\n<|im_end|>" in trained
+
+
+def test_a_misspelt_chat_format_fails_when_composed_or_asked_for(compose):
+    from hydra.errors import ConfigCompositionException
+
+    assert compose("train", "model=tiny_llava_onevision").model.chat_format == "trained"
+    assert compose("eval", "model.chat_format=released").model.chat_format == "released"
+    with pytest.raises(ConfigCompositionException, match="chat_format"):
+        compose("train", "model.chat_format=relesed")
+    with pytest.raises(ConfigError, match="model.chat_format='relesed'"):
+        make_adapter("qwen2_vl", None, MediaSpec(), FrameCache(None), "relesed")
 
 
 def test_unknown_family_and_a_family_that_is_not_the_checkpoints_fail_clearly(checkpoints):
@@ -244,14 +291,16 @@ def render_snapshot(adapter, samples) -> str:
     return "\n".join(parts)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_rendered_prompts_match_their_snapshot(family, adapters, samples):
+@pytest.mark.parametrize(("family", "chat_format"), FORMATS)
+def test_rendered_prompts_match_their_snapshot(family, chat_format, adapters, samples):
     """``UPDATE_SNAPSHOTS=1 pytest tests/test_model_families.py -k snapshot`` rewrites them after a deliberate
     change (and bump models.chat.RENDER_VERSION if the change is in the code, not in a ChatFormat)."""
     import os
 
-    rendered = render_snapshot(adapters(family), samples)
-    path = SNAPSHOTS / f"prompt_{family}.txt"
+    rendered = render_snapshot(adapters(family, chat_format), samples)
+    path = SNAPSHOTS / (
+        f"prompt_{family}.txt" if chat_format == "trained" else f"prompt_{family}_{chat_format}.txt"
+    )
     if os.environ.get("UPDATE_SNAPSHOTS") == "1":
         path.parent.mkdir(exist_ok=True)
         path.write_text(rendered)
