@@ -4,6 +4,7 @@
         data.build_synthetic=false eval.v2p_root=/data/V2P-Bench eval.benchmarks=[v2p]
     python -m eval checkpoint=outputs/quickstart/checkpoints/checkpoint-1000 run_name=quickstart_eval
     python -m eval score_file=/data/V2P-Bench/responses.jsonl run_name=score_qwen   # no model runs
+    python -m eval show_prompt=ITEM_ID   # the exact prompt of one item (the run's family, chat, media)
     python -m eval compare RESULTS_A RESULTS_B --out DIR   # paired comparison (eval/compare.py)
 """
 
@@ -27,13 +28,23 @@ def main(cfg: DictConfig) -> None:
     from eval.run import run
 
     config: EvalRunConfig = OmegaConf.to_object(cfg)
-    if config.score_file:  # score a response file; no model runs
+    if config.show_prompt:  # print one item's rendered prompt; no model runs
+        from eval.show_prompt import show_prompt
+
+        run_cli(lambda: print(show_prompt(config, config.show_prompt)))
+    elif config.score_file:  # score a response file; no model runs
         from eval.score_responses import score_file
 
         tables = Path(config.run_dir) / "response_tables.json"
         run_cli(lambda: print(score_file(config.score_file, tables), end=""))
     else:
-        run_cli(lambda: run(config) and print(f"report: {RunDir(config.run_dir).report_file}"))
+        run_cli(lambda: _print_result(run(config), RunDir(config.run_dir)))
+
+
+def _print_result(summary: dict, run_dir: RunDir) -> None:
+    from eval.headline import headline
+
+    print(headline(summary), f"report: {run_dir.report_file}", sep="\n")
 
 
 if __name__ == "__main__":

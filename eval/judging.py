@@ -62,6 +62,11 @@ def judge_summary(judge: Judge | None, metrics: list[str] | None = None) -> str 
             name: METRICS[name].source for name in names if "reconstructed" in METRICS[name].source
         },
         "unjudged": "metrics the judge could not score are counted in n_unjudged, never averaged in",
+        # The paper's judge saw the video; ours is a text model, so the summary says what it saw instead.
+        "evidence": (
+            "text only, no frames: each item's visual_evidence (the source's captions up to the "
+            "interruption) where the dataset has it, else the full answer and the reference reaction"
+        ),
     }
 
 

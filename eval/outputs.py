@@ -33,16 +33,16 @@ def write_summary(
     """
     (base, _), *rest = models
     checkpoints = [(name, step, scored[name]) for name, step in rest]
-    summary = build_summary(scored[base], checkpoints, extra, n_resamples=n_resamples, weighting=WEIGHTING)
+    summary = build_summary(
+        scored[base], checkpoints, extra, n_resamples=n_resamples, weighting=WEIGHTING, baseline_name=base
+    )
     for name, entry in summary["benchmarks"].items():
         entry.update(described.get(name, {}))
     write_report(summary, run_dir)
     return summary
 
 
-def log_model(
-    logger: MetricLogger, summary: dict, name: str, step: int, is_baseline: bool, tables: dict[str, list]
-) -> None:
+def log_model(logger: MetricLogger, summary: dict, name: str, step: int, tables: dict[str, list]) -> None:
     """Log one model's metrics (its deltas too, unless it is the baseline) and its per-item tables.
 
     Args:
@@ -58,7 +58,7 @@ def log_model(
             if point is not None:
                 values[f"{logged}/{metric}/delta"] = point["delta"]
     text = summary.get("diagnostics", {}).get("v2p_text_prompt", {}).get("text_vs_visual", {})
-    paired = text.get("baseline" if is_baseline else name)
+    paired = text.get(name)
     if paired and paired["n"]:
         values["v2p_text_prompt/same_items/text_prompt"] = paired["text_prompt"]
         values["v2p_text_prompt/same_items/visual_prompt"] = paired["visual_prompt"]

@@ -14,7 +14,7 @@ from typing import Any
 
 from data_builders.files import atomic_path
 from eval.rubrics import ALL_TYPES, METRICS
-from eval.summary import is_graded
+from eval.summary import is_graded, reference_name
 
 RADAR_FILE = "ovi_radar.png"
 AXES = ("ca", *METRICS)  # in the order drawn, clockwise from the top
@@ -39,7 +39,7 @@ def radar_panels(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
     last = next((name for name in reversed(checkpoints) if _has_results(metrics, name)), None)
     panels = {}
     for kind in ALL_TYPES:
-        reference = summary.get("reference", "baseline")  # the first model of a comparison
+        reference = reference_name(summary)
         values: dict[str, dict[str, float]] = {reference: {}, **({last: {}} if last else {})}
         for axis in AXES:
             entry = metrics.get(f"{axis}/type/{kind}")

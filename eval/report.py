@@ -21,7 +21,7 @@ from eval.benchmarks.diagnostics import DESCRIPTIONS
 from eval.benchmarks.v2p import DURATIONS
 from eval.radar import write_radar
 from eval.rubrics import METRICS as JUDGED_METRICS
-from eval.summary import is_graded
+from eval.summary import BASELINE_NAME, is_graded, reference_name
 
 # Top-level summary keys rendered elsewhere than in the settings list.
 _STRUCTURAL_KEYS = (
@@ -72,26 +72,33 @@ def write_report(summary: dict[str, Any], run_dir: RunDir) -> tuple[Path, Path]:
 
 
 def _reference(summary: dict[str, Any]) -> str:
-    """What every delta is measured against: the untuned baseline of a training run, or the first of two
-    models compared (``python -m eval.compare``), named by its results directory."""
-    return summary.get("reference", "baseline")
+    return reference_name(summary)
 
 
 def _reference_header(summary: dict[str, Any]) -> str:
-    return summary.get("reference", "Baseline")
+    name = reference_name(summary)
+    return "Baseline" if name == BASELINE_NAME and "reference" not in summary else name
 
 
 def _checkpoint_line(summary: dict[str, Any]) -> str:
     checkpoints = summary.get("checkpoints", [])
+    reference = reference_name(summary)
+    listed = ", ".join(f"{c['name']} (step {c['step']})" for c in checkpoints)
     if "reference" in summary:
         others = ", ".join(c["name"] for c in checkpoints)
         return (
-            f"{summary['reference']} (reference) vs {others}: every Δ is the second model minus the "
+            f"{reference} (reference) vs {others}: every Δ is the second model minus the "
             "reference, over the items both scored."
         )
+    if reference != BASELINE_NAME:  # a standalone evaluation: no untuned model in this run
+        if not checkpoints:
+            return (
+                f"One model evaluated: {reference}. Deltas need a second run: `python -m eval compare "
+                "RESULTS_A RESULTS_B` pairs two runs made with the same settings."
+            )
+        return f"{reference} (first model evaluated here) vs {listed}."
     if not checkpoints:
         return "Baseline only: no checkpoints evaluated yet."
-    listed = ", ".join(f"{c['name']} (step {c['step']})" for c in checkpoints)
     return f"Baseline (untuned) vs {len(checkpoints)} checkpoint(s): {listed}."
 
 
@@ -126,14 +133,18 @@ def _diagnostics_section(summary: dict[str, Any]) -> list[str]:
             lines.append(f"- **{title}** (`{bench}`): {info['skipped']}.")
             continue
         metrics = summary["benchmarks"].get(bench, {}).get("metrics", {})
-        numbers = _diagnostic_numbers(bench, info, metrics, last)
+        numbers = _diagnostic_numbers(bench, info, metrics, (_reference(summary), last))
         left_out = f" {info['n_left_out']} item(s) left out." if info.get("n_left_out") else ""
         n_items = info.get("n_items", 0)
         lines.append(f"- **{title}** (`{bench}`, {n_items} items): {numbers}.{left_out} *{meaning}*")
     return lines + [""]
 
 
-def _diagnostic_numbers(bench: str, info: dict[str, Any], metrics: dict[str, Any], last: str | None) -> str:
+def _diagnostic_numbers(
+    bench: str, info: dict[str, Any], metrics: dict[str, Any], models: tuple[str, str | None]
+) -> str:
+    first, last = models
+
     def show(key: str) -> str:
         metric = metrics.get(key)
         if metric is None:
@@ -157,7 +168,7 @@ def _diagnostic_numbers(bench: str, info: dict[str, Any], metrics: dict[str, Any
         shown = [
             f"{name}: text {_percent(pair['text_prompt'])} vs visual {_percent(pair['visual_prompt'])}"
             for name, pair in pairs.items()
-            if name in ("baseline", last) and pair["n"]
+            if name in (first, last) and pair["n"]
         ]
         n = max((pair["n"] for pair in pairs.values()), default=0)
         return f"on the same {n} items, " + ("; ".join(shown) or _MISSING)
@@ -173,9 +184,8 @@ def _benchmark_section(
     overall = {key: metric for key, metric in entry["metrics"].items() if "/" not in key}
     reference, header = _reference(summary), _reference_header(summary)
     lines += _headline_table(overall, names, header)
-    if names:
-        order = BENCHMARKS[benchmark].category_order if benchmark in BENCHMARKS else {}
-        lines += _category_tables(entry["metrics"], names[-1], reference, header, order)
+    order = BENCHMARKS[benchmark].category_order if benchmark in BENCHMARKS else {}
+    lines += _category_tables(entry["metrics"], names[-1] if names else None, reference, header, order)
     if figure:
         compared = f"{reference} vs {names[-1]}" if names else reference
         lines += [
@@ -252,10 +262,14 @@ def _headline_table(overall: dict[str, Any], names: list[str], reference: str) -
 
 
 def _category_tables(
-    metrics: dict[str, Any], last: str, reference: str, header: str, order: dict[str, tuple[str, ...]]
+    metrics: dict[str, Any],
+    last: str | None,
+    reference: str,
+    header: str,
+    order: dict[str, tuple[str, ...]],
 ) -> list[str]:
-    """One table per (metric, category), ``reference`` vs ``last``; tolerant variants are in the headline
-    only."""
+    """One table per (metric, category): ``reference`` alone, or against ``last`` with the delta;
+    tolerant variants are in the headline only."""
     grouped: dict[tuple[str, str], dict[str, Any]] = {}
     for key, metric in metrics.items():
         if "/" not in key:
@@ -267,20 +281,20 @@ def _category_tables(
     for (name, category), by_value in grouped.items():
         if len(by_value) < 2:
             continue  # one value holds every item: the table would repeat the headline
-        columns = [category, "n", header, last, "Δ [95% CI]", "McNemar p"]
-        rows = [
-            [
-                value,
-                str(by_value[value]["n"]),
-                _value(name, by_value[value]["baseline"]),
-                _value(name, _checkpoint_value(by_value[value], last)),
-                *_delta_cells(name, by_value[value]["checkpoints"].get(last)),
-            ]
-            for value in _ordered_values(order.get(category, ()), by_value)
-        ]
+        columns = [category, "n", header]
+        if last:
+            columns += [last, "Δ [95% CI]", "McNemar p"]
+        rows = []
+        for value in _ordered_values(order.get(category, ()), by_value):
+            metric = by_value[value]
+            row = [value, str(metric["n"]), _value(name, metric["baseline"])]
+            if last:
+                row += [_value(name, _checkpoint_value(metric, last))]
+                row += _delta_cells(name, metric["checkpoints"].get(last))
+            rows.append(row)
         scale = " (mean, 1–10)" if is_graded(name) else ""
-        title = f"### {name}{scale} by {category} ({reference} vs {last})"
-        lines += [title, "", *_table(columns, rows), ""]
+        compared = f"{reference} vs {last}" if last else reference
+        lines += [f"### {name}{scale} by {category} ({compared})", "", *_table(columns, rows), ""]
     return lines
 
 

@@ -116,6 +116,12 @@ def count_unjudged_items(records: ScoredRecords) -> int:
 Weighting = tuple[str, dict[str, float]]  # (category, value -> weight): how a benchmark's means are taken
 
 
+def reference_name(summary: dict[str, Any]) -> str:
+    """The model every delta is measured against: a training run's untuned ``baseline``, a standalone
+    run's model, or the first of two runs compared (``python -m eval compare``)."""
+    return summary.get("reference") or summary.get("baseline", {}).get("name", BASELINE_NAME)
+
+
 def build_summary(
     baseline: dict[str, ScoredRecords],
     checkpoints: Sequence[tuple[str, int, dict[str, ScoredRecords]]],
@@ -124,6 +130,7 @@ def build_summary(
     n_resamples: int = 2000,
     seed: int = 0,
     weighting: dict[str, Weighting] | None = None,
+    baseline_name: str = BASELINE_NAME,
 ) -> dict[str, Any]:
     """The content of ``summary.json``: every checkpoint's metrics next to the baseline's.
 
@@ -148,6 +155,8 @@ def build_summary(
         weighting: benchmark -> ``(category, weights)``: its values (and deltas and intervals) are the
             weighted means of the per-category-value means (OVIBench: by interruption type, 1:2:1), not
             plain means over items; the entry then says so under ``aggregation``.
+        baseline_name: the first model's name: ``baseline`` (the untuned model) in a training run, the
+            model's or checkpoint's own in a standalone evaluation.
 
     Raises:
         ValueError: on duplicate checkpoint names, duplicate item ids, or an ``extra`` key that would
@@ -162,7 +171,7 @@ def build_summary(
         raise ValueError(f"duplicate checkpoint names: {names}")
     benchmarks = _ordered_union([baseline, *(results for _, _, results in checkpoints)])
     return {
-        "baseline": {"name": BASELINE_NAME, "step": 0},
+        "baseline": {"name": baseline_name, "step": 0},
         "checkpoints": [{"name": name, "step": int(step)} for name, step, _ in checkpoints],
         "benchmarks": {
             benchmark: _benchmark_entry(

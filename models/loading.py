@@ -52,43 +52,63 @@ def load_model(cfg: ModelConfig, quantization_config=None):
         FamilyMismatch: the checkpoint is of another family than ``cfg.family`` (its prompts would be
             rendered in the wrong chat format).
     """
-    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoModelForImageTextToText
 
-    build_if_tiny(cfg)
-    kwargs = {"trust_remote_code": cfg.trust_remote_code, "use_safetensors": True}
+    config, processor = _load_config_and_processor(cfg)  # a wrong family fails before a 7B load
     quantized = {}
     if quantization_config is not None:
         # This rank's GPU (the TrainingArguments set it); bitsandbytes quantizes there as it loads.
         placement = {"": torch.cuda.current_device()}
         quantized = {"quantization_config": quantization_config, "device_map": placement}
-    local = os.path.isdir(cfg.name_or_path)
     try:
-        config = AutoConfig.from_pretrained(
-            cfg.name_or_path, local_files_only=not cfg.allow_download, trust_remote_code=cfg.trust_remote_code
-        )
-        _check_family(cfg, config.model_type)  # before the weights load: a 7B load is slow to fail
-        processor = AutoProcessor.from_pretrained(
-            cfg.name_or_path, local_files_only=not cfg.allow_download, **kwargs
-        )
         model = AutoModelForImageTextToText.from_pretrained(
             cfg.name_or_path,
             config=config,
             dtype=resolve_dtype(cfg.dtype),
             attn_implementation=cfg.attn_implementation,
             local_files_only=not cfg.allow_download,
-            **kwargs,
+            trust_remote_code=cfg.trust_remote_code,
+            use_safetensors=True,
             **quantized,
         )
     except OSError as exc:
-        where = "the directory exists but" if local else "it is not a local directory and"
-        raise CheckpointNotFound(
-            f"model.name_or_path={cfg.name_or_path!r}: {where} no loadable checkpoint was found "
-            f"({str(exc).splitlines()[0]}). Download it first (e.g. `hf download {cfg.name_or_path} "
-            f"--local-dir <dir>`) and set model.name_or_path=<dir>, or set model.allow_download=true "
-            f"on a machine with hub access."
-        ) from None
+        raise _not_found(cfg, exc) from None
     use_released_positions(model)  # Qwen-VL: text after a video where the checkpoints learnt it (rope.py)
     return model, processor
+
+
+def load_processor(cfg: ModelConfig):
+    """The processor of ``cfg.name_or_path`` alone (no weights), checked as :func:`load_model` checks it."""
+    return _load_config_and_processor(cfg)[1]
+
+
+def _load_config_and_processor(cfg: ModelConfig):
+    from transformers import AutoConfig, AutoProcessor
+
+    build_if_tiny(cfg)
+    offline, remote = not cfg.allow_download, cfg.trust_remote_code
+    try:
+        config = AutoConfig.from_pretrained(
+            cfg.name_or_path, local_files_only=offline, trust_remote_code=remote
+        )
+        _check_family(cfg, config.model_type)
+        processor = AutoProcessor.from_pretrained(
+            cfg.name_or_path, local_files_only=offline, trust_remote_code=remote, use_safetensors=True
+        )
+    except OSError as exc:
+        raise _not_found(cfg, exc) from None
+    return config, processor
+
+
+def _not_found(cfg: ModelConfig, exc: OSError) -> CheckpointNotFound:
+    local = os.path.isdir(cfg.name_or_path)
+    where = "the directory exists but" if local else "it is not a local directory and"
+    return CheckpointNotFound(
+        f"model.name_or_path={cfg.name_or_path!r}: {where} no loadable checkpoint was found "
+        f"({str(exc).splitlines()[0]}). Download it first (e.g. `hf download {cfg.name_or_path} "
+        f"--local-dir <dir>`) and set model.name_or_path=<dir>, or set model.allow_download=true "
+        f"on a machine with hub access."
+    )
 
 
 def load_base(cfg: ModelConfig, *, quantized: bool = False, device: str | None = None):

@@ -235,7 +235,7 @@ def test_every_diagnostic_end_to_end_on_the_twin(
     notes = summary["diagnostics"]
     assert notes["v2p_shuffled"]["frames"] == cfg.media.num_frames
     assert notes["v2p_shuffled"]["n_items"] == benchmarks["v2p_shuffled"]["n_items"] > 0
-    pair = notes["v2p_text_prompt"]["text_vs_visual"]["baseline"]
+    pair = notes["v2p_text_prompt"]["text_vs_visual"]["model"]  # the standalone run's model
     assert pair["n"] == benchmarks["v2p_text_prompt"]["n_items"] > 0
     assert isinstance(pair["text_prompt"], float) and isinstance(pair["visual_prompt"], float)
     records = Path(cfg.run_dir, "eval", "model", "v2p_text_prompt.jsonl").read_text()

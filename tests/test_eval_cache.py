@@ -207,12 +207,12 @@ def test_a_new_benchmark_version_generates_again_and_a_new_scorer_only_rescores(
 
     weights = Weights(base_and_adapters[0], base_and_adapters[1] / "adapter-0")
     run_dir = tmp_path / "run"
+    v2p = BENCHMARKS["v2p"]
     first, n_first, summary = _evaluate(cfg, run_dir, weights)
-    assert n_first == cfg.limit and summary["benchmarks"]["v2p"]["version"] == 1
+    assert n_first == cfg.limit and summary["benchmarks"]["v2p"]["version"] == v2p.version
     accuracy = summary["benchmarks"]["v2p"]["metrics"]["accuracy"]["baseline"]  # the one model so far
 
     # A fixed scorer (here: every answer right) changes the numbers of what is on disk, generating nothing.
-    v2p = BENCHMARKS["v2p"]
     always_right = replace(v2p, score=lambda prediction, meta: {"accuracy": 1.0})
     monkeypatch.setitem(BENCHMARKS, "v2p", always_right)
     _, n_rescored, summary = _evaluate(cfg, run_dir, weights)
@@ -220,11 +220,11 @@ def test_a_new_benchmark_version_generates_again_and_a_new_scorer_only_rescores(
     assert summary["benchmarks"]["v2p"]["metrics"]["accuracy"]["baseline"] == 1.0
 
     # A new version of the benchmark: every item is generated again, in this run and through the cache.
-    monkeypatch.setitem(BENCHMARKS, "v2p", replace(v2p, version=2))
+    monkeypatch.setitem(BENCHMARKS, "v2p", replace(v2p, version=v2p.version + 1))
     _, n_new_version, summary = _evaluate(cfg, run_dir, weights)
     _, n_elsewhere, _ = _evaluate(cfg, tmp_path / "another_run", weights)
     assert (n_new_version, n_elsewhere) == (cfg.limit, 0)  # the second run finds the new version's results
-    assert summary["benchmarks"]["v2p"]["version"] == 2
+    assert summary["benchmarks"]["v2p"]["version"] == v2p.version + 1
 
 
 @pytest.mark.slow

@@ -1,26 +1,56 @@
 from eval.headline import headline
 
 
-def _metric(baseline, value, delta, low, high):
+def _metric(baseline, value, delta, low, high, n=8):
     return {
         "baseline": baseline,
+        "n": n,
         "checkpoints": {"checkpoint-9": {"value": value, "delta": delta, "delta_ci95": [low, high]}},
     }
 
 
 def test_headline_prints_baseline_last_checkpoint_delta_and_interval():
     summary = {
+        "baseline": {"name": "baseline", "step": 0},
         "checkpoints": [{"name": "checkpoint-9", "step": 9}],
         "benchmarks": {
             "v2p": {"metrics": {"accuracy": _metric(0.25, 0.5, 0.25, 0.125, 0.375)}},
-            "ovi": {"metrics": {"ca": _metric(0.1, 0.9, 0.8, 0.7, 0.9)}},
+            "ovi": {
+                "metrics": {"ca": _metric(0.1, 0.9, 0.8, 0.7, 0.9)},
+                "protocol": "simulated: the paper's",
+            },
         },
     }
     text = headline(summary)
+    assert text.splitlines()[0] == "baseline vs checkpoint-9:"
     assert "v2p accuracy: 25.0% -> 50.0%  delta +25.0 points, 95% CI [+12.5, +37.5]" in text
     assert "ovi ca: 10.0% -> 90.0%  delta +80.0 points, 95% CI [+70.0, +90.0]" in text
+    assert "ovi protocol: simulated: the paper's" in text
     assert "ovi ma" not in text  # absent metrics are skipped, not invented
 
 
-def test_headline_without_checkpoints_says_so():
-    assert headline({"checkpoints": []}) == "no checkpoint was evaluated"
+def test_a_single_model_headline_prints_its_values_under_its_own_name():
+    summary = {
+        "baseline": {"name": "checkpoint-40", "step": 0},
+        "checkpoints": [],
+        "benchmarks": {
+            "v2p": {"metrics": {"accuracy": {"baseline": 0.375, "n": 8, "checkpoints": {}}}},
+            "ovi": {
+                "metrics": {"ma": {"baseline": 0.5, "n": 4, "checkpoints": {}}},
+                "not_comparable": {"model": "media spec differs"},
+            },
+        },
+    }
+    assert headline(summary).splitlines() == [
+        "checkpoint-40:",
+        "  v2p accuracy: 37.5% (n=8)",
+        "  ovi ma: 50.0% (n=4)",
+        "  ovi NOT COMPARABLE: media spec differs",
+    ]
+
+
+def test_a_run_that_evaluated_nothing_says_so():
+    assert headline({}) == "nothing was evaluated"
+    assert headline({"baseline": {"name": "baseline"}, "checkpoints": [], "benchmarks": {}}) == (
+        "nothing was evaluated"
+    )

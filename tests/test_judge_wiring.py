@@ -281,6 +281,7 @@ def test_evaluation_with_a_scripted_judge(
     assert judge["identity"].startswith("endpoint:judge-model") and judge["rubric_version"]
     assert judge["applies_to"]["cfs"] == ["Cancellation", "False Trigger", "Correction"]
     assert set(judge["reconstructed"]) == {"iac", "ifa", "ca_open"}
+    assert judge["evidence"].startswith("text only, no frames: each item's visual_evidence")
     assert summary["generation"]["max_new_tokens_open"] == 8
 
     run_dir = Path(cfg.run_dir)

@@ -364,21 +364,29 @@ def _evaluate(eval_setup, run_dir: Path, *, kill_after: int | None = None) -> tu
     run_cfg = EvalRunConfig(model=ModelConfig(name_or_path="tiny"), media=media, eval=cfg)
     evaluation = Evaluation(run_cfg, RunDir(run_dir), NullLogger(), cache)
     generated: list[list[str]] = []
-    real_generate = eval.generation.generate
+    real_generate, real_simulate = eval.generation.generate, eval.generation.simulate_interruption
 
-    def counting_generate(model, chat, samples, max_new_tokens):
+    def counted(ids: list[str]) -> None:
         if kill_after is not None and len(generated) == kill_after:
             raise Killed()
-        generated.append([s.id for s in samples])
+        generated.append(ids)
+
+    def counting_generate(model, chat, samples, max_new_tokens):
+        counted([s.id for s in samples])
         return real_generate(model, chat, samples, max_new_tokens)
 
+    def counting_simulate(model, chat, sample, **kwargs):  # open OVI items: the paper's simulation
+        counted([sample.id])
+        return real_simulate(model, chat, sample, **kwargs)
+
     eval.generation.generate = counting_generate
+    eval.generation.simulate_interruption = counting_simulate
     try:
         chat = make_adapter(ModelConfig().family, processor, media, cache)
         evaluation.evaluate(model, chat, "baseline", step=0)
         summary = evaluation.evaluate(model, chat, "checkpoint-2", step=2)
     finally:
-        eval.generation.generate = real_generate
+        eval.generation.generate, eval.generation.simulate_interruption = real_generate, real_simulate
     return summary, generated
 
 

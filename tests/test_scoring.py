@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from data_builders.v2p_format import DIMENSIONS
@@ -166,6 +168,24 @@ def test_categories() -> None:
         "shape": "arrow",
     }
     assert OVI.categories(_ovi_meta("open")) == {"type": "Correction", "format": "open"}
+    paraphrased = {**_ovi_meta("open"), "phrasing": "paraphrased"}
+    assert OVI.categories(paraphrased) == {"type": "Correction", "format": "open", "phrasing": "paraphrased"}
+
+
+def test_the_ovi_entry_records_the_phrase_banks_its_set_was_built_with(tmp_path) -> None:
+    from core.config import EvalConfig
+
+    cfg = EvalConfig(ovi_root=str(tmp_path))
+    assert "phrasings" not in OVI.notes(cfg)  # a release: no build_info.json
+    settings = {"phrasings": {"version": 1, "bank": "eval", "paraphrased_share": 0.25}}
+    build_info = {"settings": settings, "by_phrasing": {"eval": 9, "paraphrased": 3}}
+    (tmp_path / "build_info.json").write_text(json.dumps(build_info))
+    assert OVI.notes(cfg)["phrasings"] == {
+        "version": 1,
+        "bank": "eval",
+        "paraphrased_share": 0.25,
+        "rows": {"eval": 9, "paraphrased": 3},
+    }
 
 
 def test_a_scored_record_is_computed_from_the_stored_prediction() -> None:

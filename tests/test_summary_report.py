@@ -180,6 +180,18 @@ def test_report_numbers(summary: dict) -> None:
     assert "| Correction | 2 | 50.0 | 100.0 | +50.0 [" in report
 
 
+def test_a_single_model_report_shows_every_breakdown_under_the_models_own_name() -> None:
+    summary = build_summary(CHECKPOINT_40, [], baseline_name="checkpoint-40", n_resamples=50)
+    report = render_report(summary)
+    assert "One model evaluated: checkpoint-40." in report
+    assert "Baseline" not in report and "baseline" not in report
+    assert "| Metric | n | checkpoint-40 |" in report
+    assert "### accuracy by dimension (checkpoint-40)" in report
+    assert "### accuracy by duration (checkpoint-40)" in report
+    assert "### ca by type (checkpoint-40)" in report
+    assert "| OA | 3 | 100.0 |" in report
+
+
 def test_report_status_lines(summary: dict) -> None:
     report = render_report(summary)
     assert "6 items · quarantined: 3 (decode_error 2, missing_frame 1)" in report

@@ -40,7 +40,7 @@ def _never_simulated(meta: Meta, cfg: EvalConfig) -> bool:
     return False
 
 
-def _no_notes(cfg: EvalConfig) -> dict[str, str]:
+def _no_notes(cfg: EvalConfig) -> dict[str, Any]:
     return {}
 
 
@@ -87,7 +87,7 @@ class Benchmark:
     derive: Callable[[list[Sample], EvalConfig], Derived] | None = None
     judged_metrics: Callable[[Meta], list[str]] = _no_judged_metrics
     simulated: Callable[[Meta, EvalConfig], bool] = _never_simulated
-    notes: Callable[[EvalConfig], dict[str, str]] = _no_notes
+    notes: Callable[[EvalConfig], dict[str, Any]] = _no_notes
 
     def __post_init__(self) -> None:
         if (self.load is None) == (self.derive is None) or (self.derive is None) != (self.source is None):

@@ -8,6 +8,8 @@ answers in its own words, is cut off at the interruption and reacts (``eval/ovi_
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from core.config import EvalConfig, OviProtocol
@@ -40,7 +42,12 @@ def score(prediction: str, meta: Meta) -> dict[str, float]:
 
 
 def categories(meta: Meta) -> dict[str, str]:
-    return {"type": meta["interruption_type"], "format": meta["format"]}
+    """Type and format; and the phrase bank of the interruption's words where the build recorded it, so
+    the paraphrased items (held out from training in wording too) are reported apart."""
+    found = {"type": meta["interruption_type"], "format": meta["format"]}
+    if meta.get("phrasing"):
+        found["phrasing"] = meta["phrasing"]
+    return found
 
 
 def max_new_tokens(meta: Meta, cfg: EvalConfig) -> int:
@@ -56,17 +63,27 @@ def simulated(meta: Meta, cfg: EvalConfig) -> bool:
     return is_open(meta) and cfg.ovi_protocol == OviProtocol.simulated
 
 
-def notes(cfg: EvalConfig) -> dict[str, str]:
-    """The protocol, named in every output; the teacher-forced proxy is logged apart from the paper's."""
+def notes(cfg: EvalConfig) -> dict[str, Any]:
+    """The protocol, named in every output (the teacher-forced proxy is logged apart from the paper's),
+    and the phrase banks the set was built with, when its ``build_info.json`` records them."""
+    found: dict[str, Any] = _phrasings(cfg.ovi_root)
     if cfg.ovi_protocol == OviProtocol.simulated:
-        return {"protocol": "simulated: the paper's offline simulation (the model's own answer, interrupted)"}
-    return {
-        "protocol": (
-            "teacher_forced: a cheaper proxy, NOT the paper's protocol (the dataset's partial answer is "
-            "given as the model's own)"
-        ),
-        "logged_as": "ovi_teacher_forced",
-    }
+        protocol = "simulated: the paper's offline simulation (the model's own answer, interrupted)"
+        return {"protocol": protocol, **found}
+    protocol = (
+        "teacher_forced: a cheaper proxy, NOT the paper's protocol (the dataset's partial answer is "
+        "given as the model's own)"
+    )
+    return {"protocol": protocol, "logged_as": "ovi_teacher_forced", **found}
+
+
+def _phrasings(root: str | None) -> dict[str, Any]:
+    info = Path(root, "build_info.json") if root else None
+    if info is None or not info.is_file():
+        return {}  # a release, or a set built elsewhere: its wording is its own
+    built = json.loads(info.read_text())
+    phrasings = built.get("settings", {}).get("phrasings")
+    return {"phrasings": {**phrasings, "rows": built.get("by_phrasing", {})}} if phrasings else {}
 
 
 def settings(cfg: EvalConfig) -> dict[str, Any]:
@@ -95,7 +112,7 @@ OVI = Benchmark(
     max_new_tokens=max_new_tokens,
     settings=settings,
     headline=("ma", "ca"),
-    category_order={"type": INTERRUPTION_TYPES},
+    category_order={"type": INTERRUPTION_TYPES, "phrasing": ("eval", "paraphrased", "train")},
     # The paper's overall numbers (Table 2) are type-weighted means, Cancellation : Correction : False
     # Trigger = 1 : 2 : 1, matching its per-type Tables 12-14 (e.g. Doubao CFS (1.69 + 2 * 8.73 + 1.92) / 4).
     weighting=("type", {"Cancellation": 1.0, "Correction": 2.0, "False Trigger": 1.0}),
