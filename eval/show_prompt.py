@@ -46,7 +46,10 @@ def show_prompt(cfg: EvalRunConfig, item_id: str) -> str:
 
 def _shown(cfg: EvalRunConfig, chat: VideoChatAdapter, bench: str, sample: Sample) -> str:
     item_id = sample.id
-    title = f"{item_id} ({bench}, family {cfg.model.family}, media {cfg.media.fingerprint})"
+    title = (
+        f"{item_id} ({bench}, family {cfg.model.family}, chat format {cfg.model.chat_format}, "
+        f"media {cfg.media.fingerprint})"
+    )
     protocol = BENCHMARKS[bench].protocol(sample.meta, cfg.eval)
     if protocol != OviProtocol.simulated:
         return f"# {title}\n\n{_describe(chat, chat.render(sample, for_generation=True))}"

@@ -29,7 +29,9 @@ def config(small_eval_config, synthetic_build, tiny_checkpoint, tmp_path):
 def test_a_v2p_prompt_shows_the_text_its_media_and_its_token_count(config, synthetic_build):
     row = _rows(Path(synthetic_build.v2p_bench), "dataset_info.jsonl")[0]
     shown = show_prompt(config, row["id"])
-    assert shown.startswith(f"# {row['id']} (v2p, family qwen2_5_vl, media {config.media.fingerprint})")
+    assert shown.startswith(
+        f"# {row['id']} (v2p, family qwen2_5_vl, chat format trained, media {config.media.fingerprint})"
+    )
     assert "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n" in shown
     assert row["question"] in shown
     # The official order: the video, the question and options, then the prompt frame.
