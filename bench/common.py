@@ -77,7 +77,9 @@ def training_setup(*overrides: str) -> Setup:
     cache = FrameCache(cfg.data.frame_cache)
     _, processor = load_model(cfg.model)
     adapter = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)
-    samples, _ = check_media(load_samples(cfg.data.train), cfg.media, cache, desc="warm cache")
+    samples, _ = check_media(
+        load_samples(cfg.data.train), cfg.media, cache, desc="warm cache", follow_on=adapter.follow_on
+    )
     return Setup(cfg, processor, adapter, samples)
 
 

@@ -297,9 +297,12 @@ class FrameCache:
 
 
 def check_media(
-    samples: list[Sample], spec: MediaSpec, cache: FrameCache, desc: str
+    samples: list[Sample], spec: MediaSpec, cache: FrameCache, desc: str, *, follow_on: bool = True
 ) -> tuple[list[Sample], list[dict[str, str]]]:
     """Decode every sample's media once (warming the cache); split off the samples whose media fail.
+
+    ``follow_on``: whether the model samples a later span of a video as :func:`span_specs` says (so the
+    frames warmed here are the ones it reads).
 
     Returns:
         (usable samples, quarantined entries ``{"id", "file", "reason"}``).
@@ -309,7 +312,7 @@ def check_media(
     usable, quarantined = [], []
     for sample in tqdm(samples, desc=f"decode {desc}", unit="sample"):
         try:
-            specs = iter(span_specs(sample, spec))
+            specs = iter(span_specs(sample, spec, follow_on=follow_on))
             for turn in sample.turns:
                 for part in turn.parts:
                     if part.type == "video":

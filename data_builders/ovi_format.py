@@ -41,6 +41,7 @@ from typing import Any
 from data_builders.checks import duplicate_ids, is_list_of, is_number, is_string
 from data_builders.errors import DataErrors
 from data_builders.files import read_jsonl, write_jsonl_atomic
+from data_builders.phrasings import BANKS
 from data_builders.sample import Part, Sample, Turn
 
 OVI_FILE = "ovibench.jsonl"
@@ -51,7 +52,7 @@ MCQ_INSTRUCTION = (
     'Trigger or Correction). Reply with the letter, then the type in parentheses, e.g. "A (Correction)".'
 )
 LETTERS = "ABCD"
-PHRASINGS = ("train", "eval", "paraphrased")
+PHRASINGS = tuple(BANKS)  # the phrase banks a row may record
 _STRINGS = (
     "id",
     "video_path",

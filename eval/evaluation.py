@@ -36,7 +36,7 @@ from eval.judging import Judging, judge_summary, make_judge
 from eval.outputs import log_model, write_summary
 from eval.results_cache import ResultsCache, Weights, item_fingerprint
 from eval.scored import scored_record
-from models.chat import VideoChatAdapter, chat_format_for
+from models.chat import VideoChatAdapter, chat_format_for, follows_on
 from models.loading import resolve_dtype
 
 
@@ -54,6 +54,23 @@ class Suite:
     def setting(self) -> str:
         """The digest every result record is stamped with (eval.generation)."""
         return _digest(self.made_with)
+
+
+@dataclass
+class StoredResults:
+    """One model's results as a summary reads them, per benchmark: the records that answer today's items
+    under today's settings (in item order), their scores, and why other stored records are left out."""
+
+    records: dict[str, list[dict]]
+    scored: dict[str, list[dict]]
+    left_out: dict[str, str]
+
+    def tables(self) -> dict[str, list[dict]]:
+        """Per-item tables for W&B: each record with its scores and categories."""
+        return {
+            bench: [{**record, **row} for record, row in zip(records, self.scored[bench], strict=True)]
+            for bench, records in self.records.items()
+        }
 
 
 class Evaluation:
@@ -80,7 +97,8 @@ class Evaluation:
             "chat_format": chat_format_for(cfg.model.family, cfg.model.chat_format).fingerprint,
             "dtype": str(resolve_dtype(cfg.model.dtype)),
         }
-        self.suites = load_suites(cfg.eval, cfg.media, cache, run_dir, common)
+        follow_on = follows_on(cfg.model.family)
+        self.suites = load_suites(cfg.eval, cfg.media, cache, run_dir, common, follow_on=follow_on)
 
     # -- evaluating a model --------------------------------------------------------------------------
 
@@ -120,8 +138,8 @@ class Evaluation:
             }
             write_json_atomic(self.run_dir.settings_file(name), made_with, indent=2)
             self.run_dir.add_model(name, step)
-            summary = self.write_summary()
-            log_model(self.logger, summary, name, step, self._tables(name))
+            summary, stored = self._summarise()
+            log_model(self.logger, summary, name, step, stored[name].tables())
         distributed.barrier()  # training resumes on every rank together, after rank 0 has written
         return summary
 
@@ -142,32 +160,24 @@ class Evaluation:
 
     # -- outputs -------------------------------------------------------------------------------------
 
-    def results(self, name: str) -> dict[str, list[dict]]:
-        """A model's current records per benchmark (those that answer today's items under today's
-        settings), in item order."""
-        found = {}
+    def read_results(self, name: str) -> StoredResults:
+        """A model's results, each results file read once: the current records (those that answer today's
+        items under today's settings), scored, and per benchmark what the others are (made under another
+        benchmark version, generation, media spec, chat format or dtype, or for items since changed): they
+        are left out of every comparison, and the summary says so."""
+        records, left_out = {}, {}
         for bench, suite in self.suites.items():
-            store = JsonlStore(self.run_dir.results_file(name, bench))
-            records = current_records(store, suite.samples, suite.setting, suite.items)
-            found[bench] = [records[s.id] for s in suite.samples if s.id in records]
-        return found
-
-    def not_comparable(self, name: str) -> dict[str, str]:
-        """Per benchmark, what a model's stored results hold that today's settings do not cover (made under
-        another benchmark version, generation, media spec, chat format or dtype, or for items since
-        changed): they are left out of every comparison, and the summary says so."""
-        found = {}
-        for bench, suite in self.suites.items():
-            store = JsonlStore(self.run_dir.results_file(name, bench))
-            current = current_records(store, suite.samples, suite.setting, suite.items)
+            stored = JsonlStore(self.run_dir.results_file(name, bench)).read()
+            current = current_records(stored, suite.samples, suite.setting, suite.items)
+            records[bench] = [current[s.id] for s in suite.samples if s.id in current]
             ids = {sample.id for sample in suite.samples}
-            other = [i for i in store.read() if i in ids and i not in current]
+            other = [i for i in stored if i in ids and i not in current]
             if other:
-                found[bench] = (
+                left_out[bench] = (
                     f"{len(other)} item(s) of {name} were evaluated under other settings or for changed "
                     "items and are left out: evaluate the model again to compare it"
                 )
-        return found
+        return StoredResults(records, self.scored(records), left_out)
 
     def scored(self, results: dict[str, list[dict]]) -> dict[str, list[dict]]:
         """Records per benchmark (``results``), scored."""
@@ -179,8 +189,13 @@ class Evaluation:
 
     def write_summary(self) -> dict:
         """Rebuild ``summary.json`` and ``report.md`` from every prediction on disk (rank 0)."""
+        return self._summarise()[0]
+
+    def _summarise(self) -> tuple[dict, dict[str, StoredResults]]:
+        """:meth:`write_summary`, also returning each model's results as it read them."""
         models = self.run_dir.models()
-        scored = {name: self.scored(self.results(name)) for name, _ in models}
+        stored = {name: self.read_results(name) for name, _ in models}
+        scored = {name: results.scored for name, results in stored.items()}
         extra: dict[str, Any] = {
             "media_spec": {**self.cfg.media.to_dict(), "fingerprint": self.cfg.media.fingerprint},
             "generation": self.generation_settings(),
@@ -198,12 +213,13 @@ class Evaluation:
             }
             for bench, suite in self.suites.items()
         }
-        for name, _ in models:
-            for bench, why in self.not_comparable(name).items():
+        for name, results in stored.items():
+            for bench, why in results.left_out.items():
                 described[bench].setdefault("not_comparable", {})[name] = why
-        return write_summary(
+        summary = write_summary(
             self.run_dir, models, scored, extra, self.cfg.eval.bootstrap_resamples, described
         )
+        return summary, stored
 
     @staticmethod
     def headline(summary: dict) -> str:
@@ -222,20 +238,18 @@ class Evaluation:
         counts = self.run_dir.quarantine_counts()
         return {name: found for name, found in counts.items() if name == "train" or name in self.suites}
 
-    def _tables(self, name: str) -> dict[str, list[dict]]:
-        """The model's per-item tables for W&B: each record with its scores and categories."""
-        results = self.results(name)
-        scored = self.scored(results)
-        return {
-            bench: [{**record, **row} for record, row in zip(records, scored[bench], strict=True)]
-            for bench, records in results.items()
-        }
-
 
 def load_suites(
-    cfg: EvalConfig, media: MediaSpec, cache: FrameCache, run_dir: RunDir, common: dict[str, Any]
+    cfg: EvalConfig,
+    media: MediaSpec,
+    cache: FrameCache,
+    run_dir: RunDir,
+    common: dict[str, Any],
+    *,
+    follow_on: bool = True,
 ) -> dict[str, Suite]:
-    """The configured benchmarks' items, media-checked (a quarantine file per benchmark), in config order.
+    """The configured benchmarks' items, media-checked (a quarantine file per benchmark), in config order;
+    ``follow_on`` as the model family samples a video's later spans (``models.chat.follows_on``).
 
     Raises:
         ConfigError: an unknown benchmark, or a derived one without its source among the benchmarks.
@@ -254,7 +268,7 @@ def load_suites(
         if bench.source is None:
             samples = bench.load(cfg)
             samples, bad = check_media(
-                samples[: cfg.limit] if cfg.limit else samples, media, cache, desc=name
+                samples[: cfg.limit] if cfg.limit else samples, media, cache, desc=name, follow_on=follow_on
             )
             run_dir.write_quarantine(f"eval_{name}", bad)
             suites[name] = Suite(bench, samples, made_with)

@@ -31,11 +31,10 @@ from models.chat import VideoChatAdapter
 
 
 def current_records(
-    results: JsonlStore, samples: list[Sample], setting: str, items: dict[str, str]
+    stored: dict[str, dict], samples: list[Sample], setting: str, items: dict[str, str]
 ) -> dict[str, dict]:
-    """The stored records that answer these very items under this setting, by id (``items``: each
-    sample's fingerprint)."""
-    stored = results.read()
+    """The stored records (a results file as read, by id) that answer these very items under this setting,
+    by id (``items``: each sample's fingerprint)."""
     return {
         sample.id: stored[sample.id]
         for sample in samples
@@ -88,7 +87,7 @@ class Generation:
             cache, cache_key: the shared results cache and this model's key in it (rank 0; None: unused).
         """
         main = distributed.is_main()
-        done = current_records(results, self.samples, self.setting, self.items) if main else {}
+        done = current_records(results.read(), self.samples, self.setting, self.items) if main else {}
         missing = [s for s in self.samples if s.id not in done]
         if main and cache is not None and cache_key:
             reused = cache.lookup(cache_key, self.bench.name, {s.id: self.items[s.id] for s in missing})

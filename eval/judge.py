@@ -18,7 +18,7 @@ import json
 import math
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,13 +82,8 @@ def parse_class(text: str) -> tuple[str | None, str]:
     ("fallback_class"); otherwise none ("unparseable"). ``<think>`` blocks are dropped first.
     """
     body = strip_thinking(text or "")
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"\{", body):
-        try:
-            obj, _ = decoder.raw_decode(body, match.start())
-        except json.JSONDecodeError:
-            continue
-        named = obj.get("class") if isinstance(obj, dict) else None
+    for obj in _json_objects(body):
+        named = obj.get("class")
         if isinstance(named, str) and interruption_type_named(named):
             return interruption_type_named(named), "ok"
     named = interruption_type_named(body)
@@ -97,6 +92,15 @@ def parse_class(text: str) -> tuple[str | None, str]:
 
 def _json_score(text: str) -> float | None:
     """The numeric ``score`` of the first JSON object in ``text`` that has one, or None."""
+    for obj in _json_objects(text):
+        score = _as_number(next((v for k, v in obj.items() if str(k).lower() == "score"), None))
+        if score is not None:
+            return score
+    return None
+
+
+def _json_objects(text: str) -> Iterator[dict]:
+    """Every JSON object that starts at a ``{`` of ``text``, in order (a reply may wrap it in prose)."""
     decoder = json.JSONDecoder()
     for match in re.finditer(r"\{", text):
         try:
@@ -104,10 +108,7 @@ def _json_score(text: str) -> float | None:
         except json.JSONDecodeError:
             continue
         if isinstance(obj, dict):
-            score = _as_number(next((v for k, v in obj.items() if str(k).lower() == "score"), None))
-            if score is not None:
-                return score
-    return None
+            yield obj
 
 
 def _as_number(value: Any) -> float | None:

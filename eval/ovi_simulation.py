@@ -120,12 +120,13 @@ class SimulationInputs:
     Attributes:
         prefix: step (a): system, the question turn with video ``[0, t_q]``, the open assistant header.
         appended: step (c): end-of-turn, the interruption turn with its video, the next assistant header.
-        appended_rendered: the rendered text and decoded media of ``appended``.
+        prefix_rendered, appended_rendered: the rendered text and decoded media of each.
         appended_video_spans: ``(start, end)`` of each video part of the interruption turn.
     """
 
     prefix: dict[str, torch.Tensor]
     appended: dict[str, torch.Tensor]
+    prefix_rendered: Rendered
     appended_rendered: Rendered
     appended_video_spans: list[tuple[float, float]] = field(default_factory=list)
 
@@ -185,6 +186,7 @@ def prepare_inputs(adapter: VideoChatAdapter, sample: Sample) -> SimulationInput
     return SimulationInputs(
         prefix=dict(adapter.batch([prefix], padding_side="left")),
         appended=dict(adapter.batch([appended], padding_side="left")),
+        prefix_rendered=prefix,
         appended_rendered=appended,
         appended_video_spans=spans,
     )

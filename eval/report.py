@@ -71,10 +71,6 @@ def write_report(summary: dict[str, Any], run_dir: RunDir) -> tuple[Path, Path]:
 # Sections
 
 
-def _reference(summary: dict[str, Any]) -> str:
-    return reference_name(summary)
-
-
 def _reference_header(summary: dict[str, Any]) -> str:
     name = reference_name(summary)
     return "Baseline" if name == BASELINE_NAME and "reference" not in summary else name
@@ -123,7 +119,7 @@ def _diagnostics_section(summary: dict[str, Any]) -> list[str]:
         "## Diagnostics",
         "",
         "V2P-Bench hack diagnostics (our reconstruction of the paper's analyses; no code was released). "
-        f"Values: {_reference(summary)}{f' → {last}' if last else ''}, official first-character rule "
+        f"Values: {reference_name(summary)}{f' → {last}' if last else ''}, official first-character rule "
         "(tolerant extraction in the tables below).",
         "",
     ]
@@ -133,7 +129,7 @@ def _diagnostics_section(summary: dict[str, Any]) -> list[str]:
             lines.append(f"- **{title}** (`{bench}`): {info['skipped']}.")
             continue
         metrics = summary["benchmarks"].get(bench, {}).get("metrics", {})
-        numbers = _diagnostic_numbers(bench, info, metrics, (_reference(summary), last))
+        numbers = _diagnostic_numbers(bench, info, metrics, (reference_name(summary), last))
         left_out = f" {info['n_left_out']} item(s) left out." if info.get("n_left_out") else ""
         n_items = info.get("n_items", 0)
         lines.append(f"- **{title}** (`{bench}`, {n_items} items): {numbers}.{left_out} *{meaning}*")
@@ -182,7 +178,7 @@ def _benchmark_section(
     names = [c["name"] for c in summary.get("checkpoints", []) if _has_checkpoint(entry, c["name"])]
     lines = [f"## {title} (`{benchmark}`)", "", _status_line(summary, benchmark, entry, names), ""]
     overall = {key: metric for key, metric in entry["metrics"].items() if "/" not in key}
-    reference, header = _reference(summary), _reference_header(summary)
+    reference, header = reference_name(summary), _reference_header(summary)
     lines += _headline_table(overall, names, header)
     order = BENCHMARKS[benchmark].category_order if benchmark in BENCHMARKS else {}
     lines += _category_tables(entry["metrics"], names[-1] if names else None, reference, header, order)
@@ -205,7 +201,7 @@ def _status_line(summary: dict[str, Any], benchmark: str, entry: dict[str, Any],
     if quarantined:
         reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(quarantined.items()))
         parts.append(f"quarantined: {sum(quarantined.values())} ({reasons})")
-    unjudged = {_reference(summary): entry.get("n_unjudged", 0)}
+    unjudged = {reference_name(summary): entry.get("n_unjudged", 0)}
     if names:
         unjudged[names[-1]] = entry.get("checkpoints", {}).get(names[-1], {}).get("n_unjudged", 0)
     if any(unjudged.values()):
@@ -217,7 +213,7 @@ def _status_line(summary: dict[str, Any], benchmark: str, entry: dict[str, Any],
     if entry.get("n_simulated"):
         parts.append(
             f"{entry['n_simulated']} simulated ({entry['n_answer_finished']} answers ended before their "
-            f"interruption, {_reference(summary)})"
+            f"interruption, {reference_name(summary)})"
         )
     if entry.get("protocol"):
         parts.append(f"protocol: {entry['protocol']}")

@@ -9,7 +9,6 @@ interruption) marked where it goes. Only the processor is loaded, not the weight
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from core.config import EvalRunConfig, OviProtocol, resolve_synthetic_data
@@ -52,16 +51,19 @@ def _shown(cfg: EvalRunConfig, chat: VideoChatAdapter, bench: str, sample: Sampl
     )
     protocol = BENCHMARKS[bench].protocol(sample.meta, cfg.eval)
     if protocol != OviProtocol.simulated:
-        return f"# {title}\n\n{_describe(chat, chat.render(sample, for_generation=True))}"
-    steps = prepare_inputs(chat, sample)
+        rendered = chat.render(sample, for_generation=True)
+        n_tokens = chat.batch([rendered], padding_side="left")["input_ids"].shape[1]
+        return f"# {title}\n\n{_describe(rendered, n_tokens)}"
+    steps = prepare_inputs(chat, sample)  # what the simulation itself feeds the model
     return "\n\n".join(
         [
             f"# {title}: the paper's offline simulation, in two steps",
             "## 1. The question: the model answers (greedy)",
-            _describe(chat, _question_only(sample, chat)),
+            _describe(steps.prefix_rendered, steps.prefix["input_ids"].shape[1]),
             f"## 2. Its own answer, cut after {interruption_cut(sample)} tokens, then the interruption; "
             "the model reacts",
-            "<the model's own answer, cut>" + _describe(chat, steps.appended_rendered),
+            "<the model's own answer, cut>"
+            + _describe(steps.appended_rendered, steps.appended["input_ids"].shape[1]),
         ]
     )
 
@@ -82,19 +84,13 @@ def _find(cfg: EvalRunConfig, item_id: str) -> list[tuple[str, Sample]]:
     return found
 
 
-def _question_only(sample: Sample, chat: VideoChatAdapter) -> Rendered:
-    question, *_, reaction = sample.turns
-    return chat.render(replace(sample, turns=[question, reaction]), for_generation=True)
-
-
-def _describe(chat: VideoChatAdapter, rendered: Rendered) -> str:
-    """The text, then each medium's frames and size, then the token count the processor makes of it."""
+def _describe(rendered: Rendered, n_tokens: int) -> str:
+    """The text, then each medium's frames and size, then the token count the processor made of it."""
     lines = [rendered.text, ""]
     for video in rendered.videos:
         frames, height, width = video.shape[0], video.shape[1], video.shape[2]
         lines.append(f"video: {frames} frames of {width}x{height}")
     for image in rendered.images:
         lines.append(f"image: {image.shape[1]}x{image.shape[0]}")
-    n_tokens = chat.batch([rendered], padding_side="left")["input_ids"].shape[1]
     lines.append(f"tokens after the processor: {n_tokens}")
     return "\n".join(lines)

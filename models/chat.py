@@ -260,5 +260,10 @@ def make_adapter(
             f"model.family={family} needs media.num_frames: its processor stacks the videos of a batch into "
             f"one tensor, so every span must have the same frame count (media.fps sampling varies it)"
         )
-    fixed = family in _FIXED_FRAME_COUNT
-    return VideoChatAdapter(processor, media, cache, chat, follow_on=not fixed)
+    return VideoChatAdapter(processor, media, cache, chat, follow_on=follows_on(family))
+
+
+def follows_on(family: str) -> bool:
+    """Whether a family samples a later span of a video at its first span's frame rate (its processor
+    takes spans of different frame counts); the media check warms the frame cache the same way."""
+    return family not in _FIXED_FRAME_COUNT

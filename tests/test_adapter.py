@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from PIL import Image
 
+from data_builders import media
 from data_builders.media import FrameCache, MediaSpec
 from data_builders.sample import Part, Sample, Turn
 from data_builders.video_io import write_mp4
@@ -72,8 +75,6 @@ def test_generation_prompt_is_the_training_prompt_up_to_the_answer(adapter, ovi_
 
 
 def test_an_interruption_clip_is_sampled_at_the_historys_frame_rate(adapter, ovi_like_sample, tmp_path):
-    from dataclasses import replace
-
     long_history = [
         Turn("user", [replace(ovi_like_sample.turns[0].parts[0], end=1.5), Part.txt("What moves?")]),
         *ovi_like_sample.turns[1:],
@@ -87,3 +88,26 @@ def test_an_interruption_clip_is_sampled_at_the_historys_frame_rate(adapter, ovi
     assert batch["video_grid_thw"][:, 0].tolist() == [2, 1]  # frames merge in pairs
     fixed = VideoChatAdapter(adapter.processor, adapter.media, adapter.cache, follow_on=False)
     assert [len(video) for video in fixed.render(sample, for_generation=False).videos] == [4, 4]
+
+
+@pytest.mark.parametrize("follow_on", [True, False])
+def test_the_media_check_warms_exactly_the_frames_the_adapter_reads(
+    adapter, ovi_like_sample, tmp_path, monkeypatch, follow_on
+):
+    video = ovi_like_sample.turns[0].parts[0].path
+    turns = [  # a 0.25 s interruption clip after 1.5 s: sampled at the history's rate, it has 2 frames
+        Turn("user", [Part.video(video, 0, 1.5), Part.txt("What moves?")]),
+        ovi_like_sample.turns[1],
+        Turn("user", [Part.video(video, 1.5, 1.75), Part.txt("Stop.")]),
+        ovi_like_sample.turns[3],
+    ]
+    sample = replace(ovi_like_sample, turns=turns)
+    cache = FrameCache(tmp_path / "cache")
+    media.check_media([sample], adapter.media, cache, "t", follow_on=follow_on)
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded again after the media check")
+
+    monkeypatch.setattr(media, "decode_span", no_decoding)
+    reader = VideoChatAdapter(adapter.processor, adapter.media, cache, follow_on=follow_on)
+    assert len(reader.render(sample, for_generation=False).videos) == 2

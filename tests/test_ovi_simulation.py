@@ -382,7 +382,7 @@ def test_teacher_forced_records_are_not_reused_for_a_simulated_run(tiny, ovi_roo
     store.append(
         [{"id": s.id, "setting": teacher.setting, "item": teacher.items[s.id]} for s in teacher.samples]
     )
-    assert (
-        current_records(store, teacher.samples, teacher.setting, teacher.items).keys() == teacher.items.keys()
-    )
-    assert current_records(store, simulation.samples, simulation.setting, simulation.items) == {}
+    stored = store.read()
+    current = current_records(stored, teacher.samples, teacher.setting, teacher.items)
+    assert current.keys() == teacher.items.keys()
+    assert current_records(stored, simulation.samples, simulation.setting, simulation.items) == {}

@@ -99,7 +99,9 @@ def run(cfg: TrainConfig) -> RunResult:
         model, processor = load_base(cfg.model, quantized=cfg.peft.method is PeftMethod.qlora)
         partitioned_at_load = is_partitioned(model)
         chat = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)
-        samples, bad = check_media(load_samples(cfg.data.train), cfg.media, cache, desc="train")
+        samples, bad = check_media(
+            load_samples(cfg.data.train), cfg.media, cache, desc="train", follow_on=chat.follow_on
+        )
         run_dir.write_quarantine("train", bad)
         # Seed again right before the LoRA init: what ran since the first seed may have drawn from the
         # global RNG (building the tiny checkpoint does, on a first run only), and the LoRA A matrices
