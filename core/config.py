@@ -94,9 +94,13 @@ class PeftConfig:
 
 @dataclass
 class DataConfig:
-    """Training data: HF datasets on disk (built by ``data_builders``), mixed by concatenation."""
+    """Training data: HF datasets on disk (built by ``data_builders``), mixed by concatenation, or by
+    ``weights`` (train/data.py ``mix_datasets``: every sample at most once, in the weights' proportions)."""
 
     train: list[str] = field(default_factory=list)  # dataset directories (datasets.load_from_disk)
+    # one non-negative weight per `train` directory, by position (LLaMA-Factory's interleave_probs, its
+    # interleave_under strategy); empty: all of every dataset (concatenation)
+    weights: list[float] = field(default_factory=list)
     synthetic: SyntheticDataConfig = field(default_factory=SyntheticDataConfig)
     build_synthetic: bool = False  # build the synthetic world and its datasets first; unset roots point there
     frame_cache: str | None = "${output_root}/frame_cache"  # decoded frames per (video, media spec)
@@ -126,6 +130,35 @@ class TrainerConfig:
     offload: bool = False  # optimizer state and step on the CPU (ZeRO-Offload; needs zero)
 
 
+class StageMethod(Choice):
+    """What a training run optimises (``stage.method``)."""
+
+    sft = "sft"  # supervised fine-tuning on data.train's samples
+    dpo = "dpo"  # DPO (TRL's DPOTrainer) on preference pairs made from data.train's OVI samples
+
+
+@dataclass
+class StageConfig:
+    """The training stage. ``dpo`` trains on preference pairs (data_builders/preferences.py: the right
+    reaction to an interruption over each wrong one) made from data.train's OVI samples, or read from pair
+    datasets (``builder=preference``); the reference is the starting model (LoRA: the adapter switched off),
+    and the held-out pairs of eval.ovi_root are scored on the baseline and every checkpoint (train/dpo.py).
+    ``data.weights`` does not apply: every pair of data.train is used."""
+
+    method: StageMethod = StageMethod.sft
+    # dpo: an SFT run's checkpoint to start from (a LoRA adapter is merged into model.name_or_path once, under
+    # <run_dir>/start_model; a full checkpoint is used as it is); it is then the run's base and baseline.
+    # null: the base itself.
+    start_from: str | None = None
+    beta: float = 0.1  # DPO's beta: how far the policy may move from the reference
+    # TRL's DPOConfig.loss_type values, summed: [sigmoid] is DPO, [ipo] IPO, [sigmoid, sft] adds the chosen
+    # reaction's NLL (RPO)
+    loss_type: list[str] = field(default_factory=lambda: ["sigmoid"])
+    # which pairs train (held-out metrics report both): open (the reaction itself) and/or mcq (the answer
+    # letter and type over a wrong option's, which keeps the MCQ answer format trained)
+    pair_forms: list[str] = field(default_factory=lambda: ["open", "mcq"])
+
+
 # When a training's baseline and checkpoints are evaluated. inline: by the training itself, before step 1
 # and after every save | async: not by the training; `python -m eval.watch <run_dir>` evaluates each
 # checkpoint as it lands (on a spare GPU or another node) and logs to the same W&B run.
@@ -149,6 +182,36 @@ class OviProtocol(Choice):
     simulated = "simulated"
 
 
+class VideoTransport(Choice):
+    """How a served evaluation sends each video span's frames (decoded by our media spec, written as a
+    lossless MP4 at the frame rate they were sampled at)."""
+
+    inline = "inline"  # a data: URI in the request (vLLM, SGLang; any machine)
+    path = "path"  # a file path the server reads (transformers serve, which takes no data: video; same host)
+
+
+@dataclass
+class ServerConfig:
+    """Evaluation through an OpenAI-compatible server (vLLM, SGLang, ``transformers serve``) instead of
+    in-process ``generate``: same benchmarks, scoring, results files and cache; the engine is part of every
+    result's setting, so served and in-process results are never compared with each other (eval/served.py).
+
+    ``command`` starts a server for each model evaluated (the baseline, every checkpoint: a LoRA checkpoint
+    merged into its base first), on a free port, and stops it after; ``{model}`` and ``{port}`` are filled
+    in. Or leave it null and give ``endpoint.base_url`` of a server already serving ``model.name_or_path``
+    (``python -m eval`` of that model only)."""
+
+    command: str | None = None  # e.g. "vllm serve {model} --port {port} --max-model-len 32768"
+    endpoint: EndpointConfig = field(default_factory=lambda: EndpointConfig(workers=8, timeout_s=600.0))
+    model: str | None = None  # the served model's name; null: the weights path as the server was given it
+    video: VideoTransport = VideoTransport.inline
+    startup_timeout_s: float = 900.0  # a launched server must answer /health within this
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.command or self.endpoint.base_url)
+
+
 @dataclass
 class EvalConfig:
     """Benchmarks run on the untuned baseline and after every checkpoint save."""
@@ -170,6 +233,7 @@ class EvalConfig:
     # conf/eval puts it under output_root. null: each run keeps only its own results.
     results_cache: str | None = None
     diagnostics_seed: int = 0  # v2p_shuffled: which video each question is paired with
+    server: ServerConfig = field(default_factory=ServerConfig)  # null command and base_url: in-process
 
 
 @dataclass
@@ -225,6 +289,7 @@ class TrainConfig(RunConfig):
 
     peft: PeftConfig = field(default_factory=PeftConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    stage: StageConfig = field(default_factory=StageConfig)
 
 
 @dataclass

@@ -12,6 +12,7 @@ A training run and its evaluation (inline, by the watcher, or by ``python -m eva
     <run_dir>/eval/<model>/settings.json       what they were made under, per benchmark
     <run_dir>/summary.json, report.md the comparison of every model with the baseline
     <run_dir>/parameters.json, deepspeed.json, metrics.jsonl, wandb/
+    <run_dir>/data_mix.json           per training dataset: weight, share, samples drawn and used
 
 Every file written here is written whole (under a temporary name, then renamed), except the append-only
 results files (:class:`data_builders.files.JsonlStore`).
@@ -186,6 +187,11 @@ class RunDir:
     @property
     def deepspeed_file(self) -> Path:
         return self.path / "deepspeed.json"
+
+    @property
+    def data_mix_file(self) -> Path:
+        """How ``data.train`` was mixed: per dataset its weight, share, and samples drawn and used."""
+        return self.path / "data_mix.json"
 
 
 def checkpoint_name(step: int) -> str:

@@ -3,6 +3,7 @@
 python -m data_builders builder=synthetic builder.root=data/synthetic
 python -m data_builders builder=ovi_train builder.captions=/data/activitynet/train.json \\
     builder.videos=/data/activitynet/videos builder.out=data/ovi_train
+python -m data_builders builder=ovi_train_paper builder.data_root=/data/ovi_sources   # all five sources
 python -m data_builders builder=ovi_train ... builder.questions.backend=endpoint \\
     builder.questions.endpoint.base_url=http://localhost:8000/v1 builder.questions.model=NAME
 python -m data_builders builder=vp_sft builder.world=data/tracks_world builder.out=data/v2p_sft \\
@@ -10,7 +11,9 @@ python -m data_builders builder=vp_sft builder.world=data/tracks_world builder.o
     builder.qc.blind.model=NAME
 python -m data_builders builder=export builder.dataset=data/v2p_sft/hf builder.format=swift \\
     builder.out=data/swift
+python -m data_builders builder=preference builder.dataset=data/ovi_train/hf builder.out=data/ovi_pref
 python -m data_builders builder=ovi_train --cfg job     # print the composed config and exit
+python -m data_builders builder=ovi_train --help        # the builder's settings, and how to set them
 
 Each builder takes its config object whole: the dataclasses of data_builders/cli_config.py hold every
 setting, its default and what it means. Relative paths are relative to the current directory. Hydra's
@@ -21,16 +24,20 @@ missing required path, or bad input data, prints one line ``error: ...`` and exi
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from data_builders.cli import fail, run_cli
+from data_builders.cli import asks_help_without_builder, builders_help, fail, run_cli
 from data_builders.cli_config import (
+    BUILDER_SCHEMAS,
     ExportBuild,
     OviTrainBuild,
+    OviTrainPaperBuild,
+    PreferenceBuild,
     SyntheticDataConfig,
     VpSftBuild,
     register_configs,
@@ -53,6 +60,12 @@ def _ovi_train(cfg: OviTrainBuild) -> None:
     print(f"ovi_train: {build_ovi_train(cfg)}")
 
 
+def _ovi_train_paper(cfg: OviTrainPaperBuild) -> None:
+    from data_builders.ovi_compose import compose_ovi_train
+
+    print(f"ovi_train_paper: {compose_ovi_train(cfg)}")
+
+
 def _vp_sft(cfg: VpSftBuild) -> None:
     from data_builders.vp_sft import build_vp_sft
 
@@ -60,18 +73,27 @@ def _vp_sft(cfg: VpSftBuild) -> None:
 
 
 def _export(cfg: ExportBuild) -> None:
-    from data_builders.export import export_dataset
+    from data_builders.export import export_dataset, is_pairs, read_rows
+    from data_builders.preferences import export_pair_dataset
 
-    result = export_dataset(cfg)
+    result = (export_pair_dataset if is_pairs(read_rows(cfg)) else export_dataset)(cfg)
     print(f"export: {result.path} ({result.rows} rows, {len(result.skipped)} left out)")
+
+
+def _preference(cfg: PreferenceBuild) -> None:
+    from data_builders.preferences import build_preferences
+
+    print(f"preference: {build_preferences(cfg.dataset, cfg.out)}")
 
 
 # Dispatch on the schema's type, so `builder=ovi_train` and `builder=ovi_train_schema` both work.
 _BUILDERS: dict[type, Callable[[Any], None]] = {
     SyntheticDataConfig: _synthetic,
     OviTrainBuild: _ovi_train,
+    OviTrainPaperBuild: _ovi_train_paper,
     VpSftBuild: _vp_sft,
     ExportBuild: _export,
+    PreferenceBuild: _preference,
 }
 
 
@@ -85,4 +107,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if asks_help_without_builder(sys.argv[1:]):
+        print(builders_help(__doc__, BUILDER_SCHEMAS))
+    else:
+        main()

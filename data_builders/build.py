@@ -28,8 +28,9 @@ from data_builders.phrasings import PHRASINGS_VERSION, PhraseBank
 # Part of the build hash: bump it when the builders' output changes for the same config, so
 # existing builds are redone rather than reused. 2: OVI rows from the synthetic world say so. 4: OVI
 # interruptions at least 1 s after the question (past the video's end if need be), visual evidence,
-# disjoint phrase banks for OVI-Train and the OVIBench twin; all 8 prompt shapes by default.
-BUILDER_VERSION = 4
+# disjoint phrase banks for OVI-Train and the OVIBench twin; all 8 prompt shapes by default. 5: OVI rows
+# record question_kind and source_annotations; template questions of several kinds, balanced.
+BUILDER_VERSION = 5
 
 
 @dataclass

@@ -11,11 +11,13 @@ Imports no torch and no builder, so composing a config stays cheap.
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from data_builders.choice import Choice
 from data_builders.phrasings import PhraseBank
@@ -99,9 +101,44 @@ class OviTrainBuild:
     phrase_bank: PhraseBank = PhraseBank.train
     paraphrased_share: float = 0.25  # phrase_bank eval: share of each type in casual (OVI-Human-like) words
     format: SourceFormat = SourceFormat.activitynet  # how `captions` is read
-    # the reader's options, e.g. {subset: training} (youcook2), {window_s: 10} (moviechat)
+    # the reader's options, e.g. builder.source_options={subset: training} (youcook2) or
+    # builder.source_options.window_s=10 (moviechat); the reader names the options it takes
     source_options: dict[str, Any] = field(default_factory=dict)
     source: str | None = None  # the source name stored in each row; None: the format's name
+    questions: QuestionConfig = field(default_factory=QuestionConfig)  # question generation (questions.py)
+
+
+@dataclass
+class TypeTargets:
+    """Instances wanted of each interruption type (an instance is written once per form)."""
+
+    cancellation: int = MISSING
+    correction: int = MISSING
+    false_trigger: int = MISSING
+
+
+@dataclass
+class OviSourceBuild:
+    """One source of the OVI-Train recipe: its annotations, its videos and how many instances it gives."""
+
+    captions: str = MISSING  # annotation file (moviechat: a directory of JSON files); absent: source skipped
+    videos: str = MISSING  # directory holding its videos; absent: source skipped
+    format: SourceFormat = MISSING  # how `captions` is read
+    targets: TypeTargets = field(default_factory=TypeTargets)  # sampled down to these (never padded)
+    source_options: dict[str, Any] = field(default_factory=dict)  # the reader's options, as in ovi_train
+
+
+@dataclass
+class OviTrainPaperBuild:
+    """The paper's OVI-Train from all its sources (:func:`data_builders.ovi_compose.compose_ovi_train`)."""
+
+    # sources/<name>/ (each source's ovi_train build), ovibench.jsonl, videos/, hf/, composition.md/.json
+    out: str = "data/ovi_train"
+    data_root: str = "data/ovi_sources"  # where conf/builder/ovi_train_paper.yaml finds the datasets
+    sources: dict[str, OviSourceBuild] = field(default_factory=dict)  # by the name rows store as `source`
+    seed: int = 0  # every source's build and every sampling draw
+    # each instance is written once per form (and sampled with all its forms)
+    forms: list[ItemForm] = field(default_factory=lambda: [ItemForm.open, ItemForm.mcq])
     questions: QuestionConfig = field(default_factory=QuestionConfig)  # question generation (questions.py)
 
 
@@ -123,7 +160,7 @@ class VpSftBuild:
     line_widths: list[int] = field(default_factory=lambda: [2, 3])  # px on <= 256-px frames, scaled up above
     doodle_share: float = 0.25  # share of prompts drawn with a shaky hand
     format: TrackFormat = TrackFormat.generic  # how `world` is read
-    # the reader's options: got10k/lasot {fps, stride, max_side}, e.g. +builder.source_options.stride=2
+    # the reader's options: got10k/lasot {fps, stride, max_side}, e.g. builder.source_options.stride=2
     source_options: dict[str, Any] = field(default_factory=dict)
     qc: QcConfig = field(default_factory=QcConfig)  # quality control (qc.py)
 
@@ -142,6 +179,14 @@ class ExportBuild:
 
 
 @dataclass
+class PreferenceBuild:
+    """Preference pairs (chosen vs wrong reactions) from OVI samples; see :mod:`data_builders.preferences`."""
+
+    dataset: str = MISSING  # an OVI-Train hf/ directory (or any saved dataset of OVI samples)
+    out: str = MISSING  # output directory: hf/ (the pairs), stats.md, build_info.json
+
+
+@dataclass
 class BuildConfig:
     """The primary config: which builder runs (``builder=NAME``) and its settings (``builder.KEY=...``)."""
 
@@ -152,8 +197,10 @@ class BuildConfig:
 BUILDER_SCHEMAS: dict[str, type] = {
     "synthetic": SyntheticDataConfig,
     "ovi_train": OviTrainBuild,
+    "ovi_train_paper": OviTrainPaperBuild,
     "vp_sft": VpSftBuild,
     "export": ExportBuild,
+    "preference": PreferenceBuild,
 }
 
 
@@ -162,4 +209,24 @@ def register_configs() -> None:
     store = ConfigStore.instance()
     store.store(name="build_schema", node=BuildConfig)
     for name, schema in BUILDER_SCHEMAS.items():
-        store.store(group="builder", name=f"{name}_schema", node=schema)
+        store.store(group="builder", name=f"{name}_schema", node=_schema_node(schema))
+
+
+def _schema_node(schema: type) -> DictConfig:
+    """``schema`` as a config node whose free-form dicts (``dict[str, Any]``: a reader's options) are open.
+
+    Hydra closes every dict of the composed config, so ``builder.source_options={subset: validation}``
+    and ``builder.source_options.subset=validation`` would fail ("not in struct") and only
+    ``+builder.source_options.subset=validation`` would work. The reader checks the option names instead.
+    """
+    node = OmegaConf.structured(schema)
+    _open_free_dicts(node, schema)
+    return node
+
+
+def _open_free_dicts(node: DictConfig, schema: type) -> None:
+    for name, hint in typing.get_type_hints(schema).items():
+        if hint == dict[str, Any]:
+            OmegaConf.set_struct(node[name], False)
+        elif dataclasses.is_dataclass(hint):
+            _open_free_dicts(node[name], hint)

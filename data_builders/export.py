@@ -260,12 +260,11 @@ def _write_info(out_dir: Path, fmt: str, name: str, result: ExportResult, rows: 
     write_text_atomic(out_dir / "README.md", readme)
 
 
-def export_dataset(cfg: ExportBuild) -> ExportResult:
-    """:func:`export_samples` for ``cfg.dataset``, an HF dataset saved by a builder (``<out>/hf``).
+def read_rows(cfg: ExportBuild):
+    """The HF dataset ``cfg.dataset`` names: Sample rows a builder saved (``<out>/hf``), or preference pairs.
 
     Raises:
-        SettingError: an unknown format.
-        DataError: ``cfg.dataset`` is not such a dataset, or none of its samples could be exported.
+        DataError: it is not such a dataset.
     """
     import datasets  # imported here: heavy
 
@@ -275,4 +274,25 @@ def export_dataset(cfg: ExportBuild) -> ExportResult:
         raise DataError(str(cfg.dataset), f"not a saved HF dataset: {err}") from None
     if not isinstance(rows, datasets.Dataset) or "messages" not in rows.column_names:
         raise DataError(str(cfg.dataset), "expected a dataset of Sample rows (with a 'messages' column)")
+    return rows
+
+
+def is_pairs(rows) -> bool:
+    """Whether saved rows are preference pairs (``data_builders.preferences``), not plain samples."""
+    return "rejected" in rows.column_names
+
+
+def export_dataset(cfg: ExportBuild) -> ExportResult:
+    """:func:`export_samples` for ``cfg.dataset``, an HF dataset of samples saved by a builder (``<out>/hf``).
+
+    Raises:
+        SettingError: an unknown format.
+        DataError: ``cfg.dataset`` is not such a dataset (preference pairs go through
+            ``data_builders.preferences.export_pair_dataset``), or none of its samples could be exported.
+    """
+    rows = read_rows(cfg)
+    if is_pairs(rows):  # exported as samples, the rejected reactions would be dropped without a word
+        raise DataError(
+            str(cfg.dataset), "preference pairs: export them with builder=export (export_pair_dataset)"
+        )
     return export_samples((Sample.from_row(row) for row in rows), cfg)

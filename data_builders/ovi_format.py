@@ -24,6 +24,10 @@ one JSON object per line in ``<root>/ovibench.jsonl``, videos under ``<root>/vid
     visual_evidence     optional: a text description of the video up to t_i (shown to the LLM judge)
     phrasing            optional: the phrase bank the interruption's words came from, "train" | "eval"
                         | "paraphrased" (data_builders/phrasings.py)
+    question_kind       optional: how the question was made ("window", "after", "source", "generated", ...;
+                        data_builders/questions.py)
+    source_annotations  optional: the source's own ids of the annotations the question rests on, e.g.
+                        [{"qid": 2579, "window": 0}] (QVHighlights), [{"caption": 2}] (ActivityNet)
 
 A row becomes a four-turn :class:`~data_builders.sample.Sample`: question over video [0, t_q],
 partial answer (no loss: it is given, not predicted), interruption with video (t_q, min(t_i,
@@ -114,7 +118,7 @@ def ovi_row_to_sample(row: dict[str, Any], root: str | Path) -> Sample:
         "question_time": t_q,
         "interruption_time": t_i,
     }
-    for optional in ("visual_evidence", "phrasing"):
+    for optional in ("visual_evidence", "phrasing", "question_kind", "source_annotations"):
         if row.get(optional):
             meta[optional] = row[optional]
     if row["format"] == "mcq":

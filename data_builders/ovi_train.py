@@ -18,10 +18,13 @@ The user's words come from a bank of :mod:`data_builders.phrasings`: OVI-Train's
 train``), or, for the OVIBench twin, the disjoint evaluation bank plus a share from the paraphrased
 (casual spoken) bank; each row records its bank as ``phrasing``.
 
-With templates, objects are found with a closed colour/shape vocabulary (the synthetic world's
-captions, and simple real ones such as "a red circle ..."); other captions get time-window questions
-only. A Correction switches to another question of the same kind: another object, another time
-window, or another source or generated question.
+With templates (:mod:`data_builders.questions`), each scene offers questions of several kinds (what
+happens in a window, what the person does, when an event happens, what happens next / just before,
+which event comes first, and objects of a closed colour/shape vocabulary); the build takes the kind
+asked least so far, so no kind dominates, and ``stats.md`` shows the distribution. A Correction switches
+to another question: another object for an object question, else another question seen by then (a
+time-window one phrased by its window). Each row records its ``question_kind`` and the source's own
+ids of the annotations it rests on (``source_annotations``, e.g. QVHighlights' ``qid``).
 
 The five source readers of :mod:`data_builders.sources` (ActivityNet Captions, QVHighlights, YouCook2,
 UCF-Crime, MovieChat; the config's ``format`` picks one) turn each dataset's annotations into the same
@@ -50,6 +53,7 @@ from data_builders.questions import (
     QuestionContext,
     QuestionGenerator,
     as_sentence,
+    choose_question,
     make_question_generator,
     video_questions,
 )
@@ -59,7 +63,8 @@ from data_builders.sources.captions import Caption, CaptionedVideo
 
 @dataclass(frozen=True)
 class _Scene:
-    """A question asked at the end of ``caption`` (which also gives the row's segment)."""
+    """A question asked when its evidence has been seen (``qa.end``; ``qa.segment`` is the row's segment);
+    ``caption`` is the scene's anchor, whose index the row id carries."""
 
     video: CaptionedVideo
     caption: Caption
@@ -67,15 +72,17 @@ class _Scene:
     video_qas: tuple[QA, ...]  # every question the video supports: corrections and wrong options
 
 
-def _scenes(video: CaptionedVideo, qas: list[QA], rng: np.random.Generator) -> list[_Scene]:
-    """One question per distinct caption window: about the window, or (half the time) an object in it."""
+def _scenes(video: CaptionedVideo, qas: list[QA], asked: Counter, rng: np.random.Generator) -> list[_Scene]:
+    """One question per scene (a distinct caption window, or a caption with its own question), chosen
+    among the scene's options as the kind asked least so far in the build (``asked``)."""
     by_index = {cap.index: cap for cap in video.captions}
-    scenes = []
-    for window in (qa for qa in qas if qa.name is None):
-        objects = [qa for qa in qas if qa.name is not None and qa.captions <= window.captions]
-        chosen = objects[int(rng.integers(len(objects)))] if objects and rng.random() < 0.5 else window
-        scenes.append(_Scene(video, by_index[min(chosen.captions)], chosen, tuple(qas)))
-    return scenes
+    options: dict[int, list[QA]] = {}
+    for qa in qas:
+        options.setdefault(qa.anchor, []).append(qa)
+    return [
+        _Scene(video, by_index[anchor], choose_question(scene_qas, asked, rng), tuple(qas))
+        for anchor, scene_qas in options.items()
+    ]
 
 
 def _corrected_qa(scene: _Scene, t_i: float, rng: np.random.Generator) -> QA | None:
@@ -186,7 +193,7 @@ def _instance(
     """
     words = scene.qa.answer.split()
     cut, delay = _interruption_point(len(words), cfg.words_per_second, cfg.min_spoken_s, rng)
-    t_q = round(scene.caption.end, 3)
+    t_q = round(scene.qa.end, 3)
     t_i = round(t_q + delay, 3)  # may pass the video's end: the user interrupts after the last frame
     corrected = _corrected_qa(scene, t_i, rng)
     kind = _choose_type([t for t in OVI_TYPES if t != "Correction" or corrected], shares, tally.types, rng)
@@ -299,9 +306,9 @@ def _items(
             continue
         present.append((video, QuestionContext(videos_dir / video.file)))
     questions.prefetch(present)  # concurrent model requests, when the generator is set up for them
-    scenes = []
+    scenes, asked = [], Counter()
     for video, context in present:
-        scenes += _scenes(video, video_questions(questions, video, context, quarantined), rng)
+        scenes += _scenes(video, video_questions(questions, video, context, quarantined), asked, rng)
     tally, letters, rows = _Tally(), Counter(), []
     for i in rng.permutation(len(scenes)):
         scene = scenes[i]
@@ -319,7 +326,9 @@ def _items(
             "duration": scene.video.duration,
             "source": source,
             "source_id": scene.video.key,
-            "segment": [scene.caption.start, scene.caption.end],
+            "source_annotations": _annotations(scene),
+            "segment": [round(t, 3) for t in scene.qa.segment],  # as question_time: float noise gone
+            "question_kind": scene.qa.kind,
             **{k: v for k, v in instance.items() if not k.startswith("_")},
         }
         for form in map(str, cfg.forms):
@@ -328,6 +337,12 @@ def _items(
             rows.append({"id": row_id, **base, "format": form, **extra})
     rows.sort(key=lambda r: r["id"])
     return rows, quarantined
+
+
+def _annotations(scene: _Scene) -> list[dict[str, Any]]:
+    """The source's own ids of the annotations the question rests on (``Caption.ref``), in caption order."""
+    by_index = {cap.index: cap for cap in scene.video.captions}
+    return [dict(by_index[i].ref) for i in sorted(scene.qa.captions)]
 
 
 def _check_settings(cfg: OviTrainBuild) -> None:
@@ -389,15 +404,23 @@ def _phrasing_settings(cfg: OviTrainBuild) -> dict[str, Any]:
     }
 
 
+def _kind_shares(rows: list[dict]) -> str:
+    """Each question kind's share of the rows, largest first: "window 24.1%, after 19.0%, ..."."""
+    kinds = Counter(r["question_kind"] for r in rows)
+    return ", ".join(f"{kind} {n / len(rows):.1%}" for kind, n in kinds.most_common())
+
+
 def _write_reports(out_dir: Path, rows: list[dict], quarantined: list[str], **info: Any) -> None:
     by_source = crosstab_markdown(((r["source"], r["interruption_type"]) for r in rows), "source")
     by_form = crosstab_markdown(((r["format"], r["interruption_type"]) for r in rows), "format")
     by_phrasing = crosstab_markdown(((r["phrasing"], r["interruption_type"]) for r in rows), "phrasing")
+    by_kind = crosstab_markdown(((r["question_kind"], r["interruption_type"]) for r in rows), "question kind")
     phrasings = info["settings"]["phrasings"]
     stats = f"# OVI items\n\nInstances by source x type.\n\n{by_source}\n"
     stats += f"Instances by form x type.\n\n{by_form}\n"
     stats += f"Rows by phrasing x type (bank {phrasings['bank']}, phrasings v{phrasings['version']}).\n\n"
-    stats += f"{by_phrasing}\nQuarantined: {len(quarantined)}\n"
+    stats += f"{by_phrasing}\nRows by question kind x type ({_kind_shares(rows)}).\n\n{by_kind}\n"
+    stats += f"Quarantined: {len(quarantined)}\n"
     questions = info["settings"].get("questions", {})
     if questions.get("backend", "template") != "template":
         counts = ", ".join(f"{k} {questions[k]}" for k in ("generated", "from_cache", "failed", "errors"))
@@ -409,6 +432,7 @@ def _write_reports(out_dir: Path, rows: list[dict], quarantined: list[str], **in
         "by_type": dict(Counter(r["interruption_type"] for r in rows)),
         "by_form": dict(Counter(r["format"] for r in rows)),
         "by_phrasing": dict(Counter(r["phrasing"] for r in rows)),
+        "by_question_kind": dict(Counter(r["question_kind"] for r in rows)),
         "quarantined": len(quarantined),
         "quarantine_reasons": quarantined,
     }

@@ -3,9 +3,15 @@
 :class:`QuestionGenerator` turns one caption segment of a video into the questions asked at its end,
 each a :class:`QA` whose answer is grounded in the segment. Backends (``builder.questions.backend``):
 
-* ``none`` (default) — template questions, no model: a time-window question per distinct segment
-  ("What happens in the video between 2.0 s and 8.0 s?", answered by its captions) and "Describe what
-  the X does." per object of a closed colour/shape vocabulary, described by its longest caption.
+* ``none`` (default) — template questions, no model, each answered by what the captions say. Per
+  distinct segment, several kinds (:data:`TEMPLATE_KINDS`): ``window`` "What happens in the video between
+  2.0 s and 8.0 s?"; ``person`` "What does the man do between 2.0 s and 8.0 s?" (a caption whose subject
+  is a person); ``when`` "When in the video does this happen: a man plays the violin?" (answered by the
+  segment's times); with the next event X -> Y (Y starts in X's last quarter, or at most 10 s after X),
+  ``after`` "In the video, X. What happens next?", ``before`` "In the video, Y. What happens just before
+  that?" and ``order`` "Which happens first in the video: Y, or X?"; and ``object`` "Describe what the X
+  does." per object of a closed colour/shape vocabulary, described by its longest caption. A build
+  asks one question per segment, of the kind asked least so far (:func:`choose_question`).
 * ``endpoint`` — an OpenAI-compatible ``/chat/completions`` server (vLLM, SGLang, hosted APIs). The
   prompt gives the segment's times and captions and, unless ``frames`` is 0, that many frames of the
   segment as base64 JPEG ``image_url`` parts; the model replies ``{"question": ..., "answer": ...}``.
@@ -31,12 +37,14 @@ usual order, so the output does not depend on the number of workers or on which 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import io
 import json
 import re
 import threading
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -63,9 +71,21 @@ MAX_ANSWER_WORDS = 80
 COLOUR_WORDS = tuple("red orange yellow green blue purple pink brown black white grey".split())
 SHAPE_WORDS = tuple("circle square triangle rectangle star diamond hexagon ball box car".split())
 _MENTION = re.compile(rf"\b(?:a|an|the) ((?:{'|'.join(COLOUR_WORDS)}) (?:{'|'.join(SHAPE_WORDS)}))\b", re.I)
+# A subject the person template asks about: "a young man", "the women", "he" (not "a man's hand").
+_PERSON = re.compile(
+    r"^(?:(?:a|an|the) (?:\w+ )?(?P<one>man|woman|boy|girl|person|lady|guy|child|kid|player|chef)"
+    r"|(?:the |two |several |a group of )?(?:\w+ )?"
+    r"(?P<many>men|women|boys|girls|people|children|kids|players)"
+    r"|(?P<pronoun>he|she|they))\b(?!')",
+    re.I,
+)
+# The next event may start this share of a segment before the segment's end (annotations overlap).
+NEXT_OVERLAP = 0.25
+NEXT_GAP_S = 10.0  # and start at most this long after it (QVHighlights leaves long stretches unannotated)
+TEMPLATE_KINDS = ("window", "person", "when", "after", "before", "order", "object")
 # How questions are ordered within a video (stable otherwise): the pipeline's random choices index
 # into this list, so the order is part of what a seed produces.
-_KIND_ORDER = {"source": 0, "window": 1, "generated": 1, "object": 2}
+_KIND_ORDER = {"source": 0, "generated": 1, "object": 2} | {kind: 1 for kind in TEMPLATE_KINDS[:-1]}
 
 
 @dataclass
@@ -86,15 +106,17 @@ class QA:
     """A question, its answer, and the evidence the answer rests on.
 
     Attributes:
-        captions: indices of the captions the answer is built from.
+        captions: indices of the captions the answer (and the question) is built from.
         names: objects the answer mentions (closed vocabulary).
         end: when all its evidence has been seen (the question is asked then).
-        kind: ``source`` (the caption's own question), ``window`` (template time-window question),
-            ``object`` (template object question) or ``generated`` (by a model).
+        kind: ``source`` (the caption's own question), ``generated`` (by a model), or a template kind
+            (:data:`TEMPLATE_KINDS`: ``window``, ``person``, ``when``, ``after``, ``before``, ``order``,
+            ``object``).
         segment: the segment in seconds the answer is grounded in.
         provenance: who made it: ``template``, ``source`` or the model backend's identity.
         name: the object asked about (``object`` questions).
         window: the time window asked about, as written (``window`` questions).
+        anchor: the caption whose segment's scene this question is one option for (the row id's index).
     """
 
     question: str
@@ -107,6 +129,7 @@ class QA:
     provenance: str = "template"
     name: str | None = None
     window: tuple[str, str] = ("", "")
+    anchor: int = 0
 
 
 @dataclass(frozen=True)
@@ -143,7 +166,7 @@ class QuestionGenerator(Protocol):
 def video_questions(
     generator: QuestionGenerator, video: CaptionedVideo, context: QuestionContext, quarantined: list[str]
 ) -> list[QA]:
-    """Every question of a video: the sources' own, then one per segment, then object questions.
+    """Every question of a video: the sources' own, then those of each segment, then object questions.
 
     A segment that got no question is quarantined as ``<video>[<caption index>]: <reason>``.
     """
@@ -154,6 +177,19 @@ def video_questions(
         except QuestionError as err:
             quarantined.append(f"{video.key}[{caption.index}]: question generation failed: {err}")
     return sorted(qas, key=lambda qa: _KIND_ORDER[qa.kind])
+
+
+def choose_question(options: list[QA], asked: Counter, rng: Any) -> QA:
+    """One question of a scene's ``options``: of the kind ``asked`` least so far (ties at random).
+
+    Counting over the whole build keeps any kind that most scenes offer from taking most rows;
+    ``asked`` is updated with the choice. ``rng`` is a ``numpy.random.Generator``.
+    """
+    fewest = min(asked[qa.kind] for qa in options)
+    least = [qa for qa in options if asked[qa.kind] == fewest]
+    chosen = least[int(rng.integers(len(least)))]
+    asked[chosen.kind] += 1
+    return chosen
 
 
 # --- shared pieces ----------------------------------------------------------------------------
@@ -169,6 +205,7 @@ def secs(value: float) -> str:
     return f"{value:.1f}"
 
 
+@functools.lru_cache(maxsize=1 << 16)  # every template QA asks it, often of the same sentence
 def mentions(sentence: str) -> frozenset[str]:
     """The colour-shape objects a sentence names ("a red circle" -> "red circle")."""
     return frozenset(m.group(1).lower() for m in _MENTION.finditer(sentence))
@@ -187,6 +224,11 @@ def segment_captions(video: CaptionedVideo, caption: Caption) -> list[Caption] |
     return same if same[0] == caption else None
 
 
+def plain_captions(video: CaptionedVideo) -> list[Caption]:
+    """The captions without their own question (those the templates describe)."""
+    return [c for c in video.captions if c.question is None]
+
+
 def source_qa(caption: Caption) -> QA:
     """A source's QA pair: the caption's own question, answered by its sentence."""
     answer = as_sentence(caption.sentence)
@@ -199,6 +241,7 @@ def source_qa(caption: Caption) -> QA:
         kind="source",
         segment=(caption.start, caption.end),
         provenance="source",
+        anchor=caption.index,
     )
 
 
@@ -213,20 +256,22 @@ class TemplateQuestions:
     def generate(self, video: CaptionedVideo, caption: Caption, context: QuestionContext) -> list[QA]:
         """Questions anchored at ``caption``.
 
-        Its own question if it has one, else its segment's question if it is the segment's first
-        caption; and a question per object it is the first caption of the video to name.
+        Its own question if it has one, else, if it is its segment's first caption, the segment's
+        questions of every template kind that fits; and a question per object it is the first caption
+        of the video to name (an option of the scene of that object's longest caption).
         """
         if caption.question is not None:
             qas = [source_qa(caption)]
         else:
             window = segment_captions(video, caption)
-            qas = [_window_qa(window)] if window else []
+            qas = _segment_qas(video, window) if window else []
         position = video.captions.index(caption)
         seen = frozenset().union(*(mentions(c.sentence) for c in video.captions[:position]))
         # In the order the caption names them: a set's order would change with Python's hash seed.
         for name in dict.fromkeys(m.group(1).lower() for m in _MENTION.finditer(caption.sentence)):
             if name not in seen:
-                qas.append(_object_qa(name, _longest(video, name)))
+                cap = _longest(video, name)
+                qas.append(_object_qa(name, cap, _anchor(video, cap)))
         return qas
 
     def summary(self) -> dict[str, Any]:
@@ -236,7 +281,22 @@ class TemplateQuestions:
         pass  # templates cost nothing to make on demand
 
 
-def _window_qa(window: list[Caption]) -> QA:
+def _segment_qas(video: CaptionedVideo, window: list[Caption]) -> list[QA]:
+    """The template questions of one segment (its captions ``window``), one per kind that fits."""
+    first, anchor = window[0], min(c.index for c in window)
+    qas = [_window_qa(window, anchor)]
+    if len(window) == 1:
+        qas += [qa for qa in (_person_qa(first), _when_qa(video, first)) if qa]
+        following = _next_event(video, first)
+        # Only about events that happen once: "what happens next" after a recurring one is ambiguous.
+        if following and _once(video, first) and _once(video, following):
+            qas += [_after_qa(first, following), _order_qa(first, following)]
+            if _previous_event(video, following) == first:
+                qas.append(_before_qa(first, following))
+    return qas
+
+
+def _window_qa(window: list[Caption], anchor: int) -> QA:
     """ "What happens between ...?", answered by all the segment's captions joined."""
     first = window[0]
     start, end = secs(first.start), secs(first.end)
@@ -248,7 +308,110 @@ def _window_qa(window: list[Caption]) -> QA:
         first.end,
         segment=(first.start, first.end),
         window=(start, end),
+        anchor=anchor,
     )
+
+
+def _qa(kind: str, question: str, answer: str, evidence: list[Caption], anchor: Caption) -> QA:
+    """A template QA resting on ``evidence``: asked when the last of it ends, anchored at ``anchor``."""
+    start, end = min(c.start for c in evidence), max(c.end for c in evidence)
+    return QA(
+        question,
+        answer,
+        frozenset(c.index for c in evidence),
+        mentions(answer),
+        end,
+        kind=kind,
+        segment=(start, end),
+        anchor=anchor.index,
+    )
+
+
+def _person_qa(cap: Caption) -> QA | None:
+    """ "What does the man do between ...?" when the caption's subject is a person."""
+    match = _PERSON.match(cap.sentence)
+    if match is None:
+        return None
+    if match["pronoun"]:
+        subject, verb = match["pronoun"].lower(), "do" if match["pronoun"].lower() == "they" else "does"
+    else:
+        noun = match["one"] or match["many"]
+        subject, verb = f"the {noun.lower()}", "does" if match["one"] else "do"
+    question = f"What {verb} {subject} do between {secs(cap.start)} s and {secs(cap.end)} s?"
+    return _qa("person", question, as_sentence(cap.sentence), [cap], cap)
+
+
+def _when_qa(video: CaptionedVideo, cap: Caption) -> QA | None:
+    """ "When does this happen: ...?", answered by every segment with that sentence (QVHighlights gives
+    a query several windows), at its first one; never about a segment that is the whole video."""
+    same = sorted((c for c in plain_captions(video) if c.sentence == cap.sentence), key=_time_order)
+    if same[0] != cap or any(c.start <= 0.05 and c.end >= video.duration - 0.05 for c in same):
+        return None
+    spans = " and ".join(f"from {secs(c.start)} s to {secs(c.end)} s" for c in same)
+    question = f"When in the video does this happen: {cap.sentence}?"
+    return _qa("when", question, as_sentence(spans), same, cap)
+
+
+def _after_qa(first: Caption, following: Caption) -> QA:
+    question = f"In the video, {first.sentence}. What happens next?"
+    return _qa("after", question, as_sentence(following.sentence), [first, following], first)
+
+
+def _before_qa(first: Caption, following: Caption) -> QA:
+    question = f"In the video, {following.sentence}. What happens just before that?"
+    return _qa("before", question, as_sentence(first.sentence), [first, following], first)
+
+
+def _order_qa(first: Caption, following: Caption) -> QA:
+    """ "Which happens first: X, or Y?", the two named in an order fixed by a checksum of the pair (so
+    the earlier one is named first about half the time, the same in every run)."""
+    flip = zlib.crc32(f"{first.key}/{first.index}/{following.index}".encode()) % 2
+    named = (following, first) if flip else (first, following)
+    question = f"Which happens first in the video: {named[0].sentence}, or {named[1].sentence}?"
+    answer = f"First, {first.sentence}; after that, {following.sentence}."
+    return _qa("order", question, answer, [first, following], first)
+
+
+def _once(video: CaptionedVideo, cap: Caption) -> bool:
+    """Whether no other caption of the video says what ``cap`` says."""
+    return sum(c.sentence == cap.sentence for c in plain_captions(video)) == 1
+
+
+def _time_order(cap: Caption) -> tuple[float, float, int]:
+    return cap.start, cap.end, cap.index
+
+
+def _follows(cap: Caption, later: Caption) -> bool:
+    """Whether ``later`` is an event after ``cap``: starting in ``cap``'s last quarter (annotations
+    overlap) or at most :data:`NEXT_GAP_S` after it, and ending after it."""
+    earliest = cap.end - NEXT_OVERLAP * (cap.end - cap.start)
+    starts_after = later.start > cap.start and earliest <= later.start <= cap.end + NEXT_GAP_S
+    return starts_after and later.end > cap.end
+
+
+def _next_event(video: CaptionedVideo, cap: Caption) -> Caption | None:
+    """The event that starts first after ``cap``; None when there is none, when two start together (no
+    single next event), or when it says the same (a query's next window)."""
+    later = sorted((c for c in plain_captions(video) if _follows(cap, c)), key=_time_order)
+    if not later or (len(later) > 1 and secs(later[1].start) == secs(later[0].start)):
+        return None
+    return later[0] if later[0].sentence != cap.sentence else None
+
+
+def _previous_event(video: CaptionedVideo, cap: Caption) -> Caption | None:
+    """The event that ends last before ``cap``; None as for :func:`_next_event`."""
+    earlier = sorted((c for c in plain_captions(video) if _follows(c, cap)), key=lambda c: (c.end, c.start))
+    if not earlier or (len(earlier) > 1 and secs(earlier[-1].end) == secs(earlier[-2].end)):
+        return None
+    return earlier[-1] if earlier[-1].sentence != cap.sentence else None
+
+
+def _anchor(video: CaptionedVideo, cap: Caption) -> int:
+    """The scene ``cap`` belongs to: its own if it has a question, else its segment's first caption."""
+    if cap.question is not None:
+        return cap.index
+    window = (secs(cap.start), secs(cap.end))
+    return min(c.index for c in plain_captions(video) if (secs(c.start), secs(c.end)) == window)
 
 
 def _longest(video: CaptionedVideo, name: str) -> Caption:
@@ -260,7 +423,7 @@ def _longest(video: CaptionedVideo, name: str) -> Caption:
     return best
 
 
-def _object_qa(name: str, cap: Caption) -> QA:
+def _object_qa(name: str, cap: Caption, anchor: int) -> QA:
     """ "Describe what the X does.", answered by the caption with the object as "the X"."""
     answer = as_sentence(_MENTION.sub(lambda m: "the " + m.group(1).lower(), cap.sentence, count=1))
     return QA(
@@ -272,6 +435,7 @@ def _object_qa(name: str, cap: Caption) -> QA:
         kind="object",
         segment=(cap.start, cap.end),
         name=name,
+        anchor=anchor,
     )
 
 
@@ -528,6 +692,7 @@ class ModelQuestions:
             kind="generated",
             segment=(first.start, first.end),
             provenance=self.identity,
+            anchor=min(c.index for c in window),
         )
 
 

@@ -59,6 +59,15 @@ class TextModelConfig:
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
 
 
+@dataclass
+class Reply:
+    """A server's reply: its text, and why it ended (``stop``: the model ended its turn; ``length``: the
+    token limit)."""
+
+    content: str
+    finish_reason: str | None
+
+
 class TextModelError(SettingError):
     """The text model could not answer: endpoint down or wrong, a reply of the wrong shape, a model that
     does not load or runs out of memory. A :class:`SettingError`, so a command line reports it in one line."""
@@ -143,11 +152,28 @@ class EndpointTextModel:
         Raises:
             TextModelError: every try failed, or a non-retryable HTTP error or reply.
         """
+        return self.reply(messages, seed=seed).content
+
+    def reply(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        seed: int | None,
+        max_tokens: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> Reply:
+        """The reply to chat messages, with why it ended; ``max_tokens`` overrides the model's limit for this
+        request and ``extra`` adds fields to the request body (a server's own extensions).
+
+        Raises:
+            TextModelError: every try failed, or a non-retryable HTTP error or reply.
+        """
         body = {
             "model": self.model,
             "messages": messages,
             "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
+            "max_tokens": self.max_tokens if max_tokens is None else max_tokens,
+            **(extra or {}),
         }
         if seed is not None:  # not every server takes one
             body["seed"] = seed
@@ -161,7 +187,7 @@ class EndpointTextModel:
                 last = str(err)
         raise TextModelError(f"{self.url}: {self.server.max_retries + 1} tries failed; last: {last}")
 
-    def _post(self, data: bytes) -> str:
+    def _post(self, data: bytes) -> Reply:
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(self.server.api_key_env, "") if self.server.api_key_env else ""
         if key:
@@ -179,12 +205,13 @@ class EndpointTextModel:
         except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as err:
             raise _Retry(f"{type(err).__name__}: {err}") from err
         try:
-            content = json.loads(raw)["choices"][0]["message"].get("content")
+            choice = json.loads(raw)["choices"][0]
+            content = choice["message"].get("content")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as err:
             # A body of the wrong shape means a wrong endpoint or server, which a retry will not fix.
             snippet = raw[:_ERROR_SNIPPET].decode(errors="replace")
             raise TextModelError(f"{self.url}: unexpected response body: {snippet!r}") from err
-        return content if isinstance(content, str) else ""
+        return Reply(content if isinstance(content, str) else "", choice.get("finish_reason"))
 
 
 def _error_body(err: urllib.error.HTTPError, key: str) -> str:

@@ -30,12 +30,14 @@ from data_builders.sample import Sample
 from eval.benchmarks import BENCHMARKS
 from eval.benchmarks.base import Benchmark
 from eval.benchmarks.diagnostics import summary_entry
-from eval.generation import Generation, current_records
+from eval.generation import Generation, InProcess, current_records
 from eval.headline import headline
 from eval.judging import Judging, judge_summary, make_judge
 from eval.outputs import log_model, write_summary
+from eval.preference import PreferenceScoring, preference_values
 from eval.results_cache import ResultsCache, Weights, item_fingerprint
 from eval.scored import scored_record
+from eval.served import ENGINE, ServedModel
 from models.chat import VideoChatAdapter, chat_format_for, follows_on
 from models.loading import resolve_dtype
 
@@ -85,9 +87,18 @@ class Evaluation:
         run_dir: where results, summary and report go.
         logger: metrics.jsonl and W&B (the null logger on ranks other than 0).
         cache: the frame cache shared with training.
+        preference_beta: a DPO run's beta: also score held-out preference pairs (eval.preference) on every
+            model; None: no pairs.
     """
 
-    def __init__(self, cfg: RunConfig, run_dir: RunDir, logger: MetricLogger, cache: FrameCache):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run_dir: RunDir,
+        logger: MetricLogger,
+        cache: FrameCache,
+        preference_beta: float | None = None,
+    ):
         self.cfg, self.run_dir, self.logger = cfg, run_dir, logger
         self.judge = make_judge(cfg.judge, run_dir.path)  # built once: its cache is read once
         self.judging = Judging(self.judge, cfg.judge)
@@ -97,8 +108,13 @@ class Evaluation:
             "chat_format": chat_format_for(cfg.model.family, cfg.model.chat_format).fingerprint,
             "dtype": str(resolve_dtype(cfg.model.dtype)),
         }
+        if cfg.eval.server.enabled:  # absent for in-process generation, whose settings predate servers
+            common["engine"] = ENGINE
         follow_on = follows_on(cfg.model.family)
         self.suites = load_suites(cfg.eval, cfg.media, cache, run_dir, common, follow_on=follow_on)
+        self.preference = None
+        if preference_beta is not None:
+            self.preference = PreferenceScoring(cfg, run_dir, cache, preference_beta, follow_on)
 
     # -- evaluating a model --------------------------------------------------------------------------
 
@@ -118,19 +134,27 @@ class Evaluation:
         """
         main = distributed.is_main()
         weights = Weights(self.cfg.model.name_or_path, checkpoint)
-        was_training = model.training
-        model.eval()
+        served = isinstance(model, ServedModel)
+        if served != self.cfg.eval.server.enabled:
+            raise ConfigError("eval.server is set, but a model in this process was given, or the reverse")
+        predictor = model if served else InProcess(model, chat)
+        was_training = not served and model.training
+        if not served:
+            model.eval()
         try:
             for suite in self.suites.values():
                 results = JsonlStore(self.run_dir.results_file(name, suite.bench.name)) if main else None
                 key = self._cache_key(model, weights, suite) if main else None
                 generation = Generation(suite.bench, suite.samples, self.cfg.eval, suite.setting, suite.items)
                 desc = f"{name} {suite.bench.name}"
-                records = generation.run(model, chat, results, self.results_cache, key, desc=f"eval {desc}")
+                records = generation.run(predictor, results, self.results_cache, key, desc=f"eval {desc}")
                 if main:
                     self._judge(suite.bench, list(records.values()), results, desc=f"judge {desc}")
+            if self.preference and not served:  # pairs are scored in process (a training's model)
+                self.preference.score(model, chat, name, main)
         finally:
-            model.train(was_training)
+            if not served:
+                model.train(was_training)
         summary: dict = {}
         if main:
             made_with = {
@@ -140,6 +164,8 @@ class Evaluation:
             self.run_dir.add_model(name, step)
             summary, stored = self._summarise()
             log_model(self.logger, summary, name, step, stored[name].tables())
+            if self.preference:
+                self.logger.log(preference_values(summary["preference"], name), step=step)
         distributed.barrier()  # training resumes on every rank together, after rank 0 has written
         return summary
 
@@ -202,6 +228,8 @@ class Evaluation:
             "quarantine": self._quarantine(),
             "judge": judge_summary(self.judge, self.cfg.judge.metrics),
         }
+        if self.preference:
+            extra["preference"] = self.preference.summary([name for name, _ in models])
         derived = {b: s.info for b, s in self.suites.items() if s.bench.source}
         if derived:
             extra["diagnostics"] = summary_entry(derived, scored, self.cfg.media)

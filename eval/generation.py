@@ -53,6 +53,33 @@ def generate(model, chat: VideoChatAdapter, samples: list[Sample], max_new_token
     return chat.decode_generated(out, batch["input_ids"].shape[1])
 
 
+class InProcess:
+    """The model in this process: batched ``generate``, and the simulation from its key/value cache.
+
+    A model served over HTTP (``eval.served.ServedModel``) answers through the same ``predict``.
+    """
+
+    def __init__(self, model, chat: VideoChatAdapter):
+        self.model, self.chat = model, chat
+
+    def predict(self, samples: list[Sample], protocol: OviProtocol, max_new_tokens: int) -> list[dict]:
+        """Result fields (``prediction``, and a simulation's extras) per sample, in order."""
+        if protocol == OviProtocol.simulated:
+            return [self._simulated(sample, max_new_tokens) for sample in samples]
+        return [{"prediction": p} for p in generate(self.model, self.chat, samples, max_new_tokens)]
+
+    def _simulated(self, sample: Sample, length: int) -> dict[str, Any]:
+        """The model answers in its own words, is cut at the interruption and reacts: the reaction is the
+        prediction, the cut answer is kept for the judge."""
+        synced = distributed.world_size() > 1 and distributed.zero3_enabled()
+        result = simulate_interruption(self.model, self.chat, sample, max_new_tokens=length, synced=synced)
+        return {
+            "prediction": result.reaction,
+            "truncated_answer": result.truncated_answer,
+            "simulation": result.stats(),
+        }
+
+
 class Generation:
     """Generates one model's missing predictions on one benchmark.
 
@@ -73,8 +100,7 @@ class Generation:
 
     def run(
         self,
-        model,
-        chat: VideoChatAdapter,
+        predictor,
         results: JsonlStore | None,
         cache: ResultsCache | None = None,
         cache_key: str | None = None,
@@ -83,6 +109,7 @@ class Generation:
         """The current record of every item, generating those that lack one (rank 0; others: ``{}``).
 
         Args:
+            predictor: what answers: :class:`InProcess`, or a served model (``eval.served``).
             results: the run's results file of this model and benchmark (rank 0).
             cache, cache_key: the shared results cache and this model's key in it (rank 0; None: unused).
         """
@@ -98,7 +125,7 @@ class Generation:
         todo = [by_id[i] for i in distributed.broadcast([s.id for s in missing] if main else None)]
         rounds = list(self._shard_batches(todo))
         for group, chunk, real in tqdm(rounds, desc=desc, unit="batch", disable=not main):
-            records = self._predict(model, chat, chunk, group)
+            records = self._predict(predictor, chunk, group)
             mine = [record for record, keep in zip(records, real, strict=True) if keep]
             gathered = [self._stamped(r) for shard in distributed.gather(mine) for r in shard]
             if main:
@@ -142,22 +169,10 @@ class Generation:
             for start in range(0, per_rank, size):
                 yield key, mine[start : start + size], real[start : start + size]
 
-    def _predict(self, model, chat: VideoChatAdapter, chunk: list[Sample], group: tuple) -> list[dict]:
+    def _predict(self, predictor, chunk: list[Sample], group: tuple) -> list[dict]:
         protocol, length, _ = group
-        if protocol == OviProtocol.simulated:
-            return [self._simulated(model, chat, sample, length) for sample in chunk]
-        predictions = generate(model, chat, chunk, length)
-        return [_record(s, p, protocol) for s, p in zip(chunk, predictions, strict=True)]
-
-    @staticmethod
-    def _simulated(model, chat: VideoChatAdapter, sample: Sample, length: int) -> dict[str, Any]:
-        """The model answers in its own words, is cut at the interruption and reacts: the reaction is the
-        prediction, the cut answer is kept for the judge."""
-        synced = distributed.world_size() > 1 and distributed.zero3_enabled()
-        result = simulate_interruption(model, chat, sample, max_new_tokens=length, synced=synced)
-        record = _record(sample, result.reaction, OviProtocol.simulated)
-        record.update(truncated_answer=result.truncated_answer, simulation=result.stats())
-        return record
+        fields = predictor.predict(chunk, protocol, length)
+        return [_record(s, protocol, f) for s, f in zip(chunk, fields, strict=True)]
 
 
 def _media_per_turn(sample: Sample) -> tuple[tuple[str, ...], ...]:
@@ -169,5 +184,12 @@ def _media_per_turn(sample: Sample) -> tuple[tuple[str, ...], ...]:
     )
 
 
-def _record(sample: Sample, prediction: str, protocol: OviProtocol) -> dict[str, Any]:
-    return {"id": sample.id, "prediction": prediction, "meta": sample.meta, "protocol": str(protocol)}
+def _record(sample: Sample, protocol: OviProtocol, fields: dict[str, Any]) -> dict[str, Any]:
+    """A result record: the item, how it was answered, and the answer's fields."""
+    first = {
+        "id": sample.id,
+        "prediction": fields["prediction"],
+        "meta": sample.meta,
+        "protocol": str(protocol),
+    }
+    return {**first, **fields}

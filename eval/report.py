@@ -19,6 +19,7 @@ from data_builders.files import write_text_atomic
 from eval.benchmarks import BENCHMARKS
 from eval.benchmarks.diagnostics import DESCRIPTIONS
 from eval.benchmarks.v2p import DURATIONS
+from eval.preference import preference_section
 from eval.radar import write_radar
 from eval.rubrics import METRICS as JUDGED_METRICS
 from eval.summary import BASELINE_NAME, is_graded, reference_name
@@ -32,6 +33,7 @@ _STRUCTURAL_KEYS = (
     "diagnostics",
     "reference",
     "not_comparable",
+    "preference",
 )
 _MISSING = "–"
 
@@ -48,6 +50,7 @@ def render_report(summary: dict[str, Any], figures: dict[str, str] | None = None
         lines += [f"**NOT COMPARABLE: the two models were evaluated under different settings: {why}**", ""]
     lines += _settings_section(summary)
     lines += _diagnostics_section(summary)
+    lines += preference_section(summary)
     for benchmark, entry in summary["benchmarks"].items():
         lines += _benchmark_section(summary, benchmark, entry, (figures or {}).get(benchmark))
     return "\n".join(lines).rstrip() + "\n"

@@ -12,8 +12,9 @@ from core.rundir import RunDir
 from data_builders.errors import ConfigError
 from data_builders.media import FrameCache
 from eval.evaluation import Evaluation
+from eval.served import served_weights, serving
 from models.chat import make_adapter
-from models.loading import CheckpointModels, default_device, is_adapter, load_base
+from models.loading import CheckpointModels, default_device, is_adapter, load_base, load_processor
 
 
 def run(cfg: EvalRunConfig) -> dict:
@@ -31,6 +32,9 @@ def run(cfg: EvalRunConfig) -> dict:
     logger = logger_for_run(cfg)
     try:
         evaluation = Evaluation(cfg, run_dir, logger, cache)  # before the model: bad settings fail fast
+        name = checkpoint.name if checkpoint is not None else "model"
+        if cfg.eval.server.enabled:
+            return _run_served(cfg, evaluation, run_dir, cache, checkpoint, name)
         device = default_device()
         if checkpoint is not None and not is_adapter(checkpoint):  # full fine-tuning: loads on its own
             full = replace(cfg.model, name_or_path=str(checkpoint), tiny=False)
@@ -40,10 +44,31 @@ def run(cfg: EvalRunConfig) -> dict:
             if checkpoint is not None:
                 model = CheckpointModels(model, cfg.model, device).load(checkpoint)
         chat = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)
-        name = checkpoint.name if checkpoint is not None else "model"
         return evaluation.evaluate(model, chat, name, step=0, checkpoint=checkpoint)
     finally:
         logger.finish()
+
+
+def _run_served(
+    cfg: EvalRunConfig,
+    evaluation: Evaluation,
+    run_dir: RunDir,
+    cache: FrameCache,
+    checkpoint: Path | None,
+    name: str,
+) -> dict:
+    """Evaluate through a model server (``eval.server``): no weights load here, unless a LoRA checkpoint
+    must be merged for the server first."""
+    if checkpoint is not None and not cfg.eval.server.command:
+        raise ConfigError(
+            "checkpoint= with eval.server.endpoint.base_url: a running server serves one fixed model; "
+            "give eval.server.command so that the checkpoint is served for its evaluation"
+        )
+    processor = load_processor(cfg.model)
+    chat = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)
+    weights = served_weights(cfg.model, checkpoint, processor, run_dir.path / "eval" / "served_weights")
+    with serving(cfg, weights, chat, run_dir) as served:
+        return evaluation.evaluate(served, chat, name, step=0, checkpoint=checkpoint)
 
 
 def adopt_run_settings(cfg: EvalRunConfig, checkpoint: Path) -> bool:

@@ -20,9 +20,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
-from core.config import EvalMode, PeftMethod, TrainConfig
+from core.config import EvalMode, PeftMethod, TrainConfig, VideoTransport
 from core.metric_logging import make_watcher_logger
 from core.rundir import BASELINE, RunDir, checkpoint_step
 from data_builders.cli import run_cli
@@ -30,8 +31,9 @@ from data_builders.errors import ConfigError
 from data_builders.media import FrameCache
 from eval.evaluation import Evaluation
 from eval.headline import headline
+from eval.served import served_weights, serving
 from models.chat import make_adapter
-from models.loading import CheckpointModels, default_device, load_base
+from models.loading import CheckpointModels, default_device, load_base, load_processor
 
 
 class WatchTimeout(RuntimeError):
@@ -76,9 +78,20 @@ def check_watchable(cfg: TrainConfig, run_dir: RunDir) -> None:
 
 
 def watch(
-    run_dir: str | Path, *, device: str | None = None, timeout_s: float | None = None, poll_s: float = 10.0
+    run_dir: str | Path,
+    *,
+    device: str | None = None,
+    timeout_s: float | None = None,
+    poll_s: float = 10.0,
+    serve: str | None = None,
+    video: str | None = None,
 ) -> dict:
     """Evaluate the baseline and every checkpoint of a training run until it is done.
+
+    Args:
+        serve: evaluate through a model server started with this command for each model
+            (``eval.server.command``; by default the training's own setting).
+        video: how videos travel to it (``eval.server.video``: inline | path; by default the training's).
 
     Returns:
         The summary (baseline vs every checkpoint), as written to ``<run_dir>/summary.json``.
@@ -90,29 +103,32 @@ def watch(
     device = device or default_device()
     deadline = Deadline(timeout_s)
     cfg = read_run_config(run_dir, deadline, poll_s)
+    if serve:
+        cfg.eval.server.command = serve
+    if video:
+        cfg.eval.server.video = VideoTransport(video)
     check_watchable(cfg, run_dir)
     log = cfg.logger
     logger = make_watcher_logger(log.wandb, log.mode, log.project, log.entity, run_dir.path, cfg.run_name)
     try:
         cache = FrameCache(cfg.data.frame_cache)
         evaluation = Evaluation(cfg, run_dir, logger, cache)
-        base, processor = load_base(cfg.model, quantized=cfg.peft.method is PeftMethod.qlora, device=device)
-        chat = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)
-        models = CheckpointModels(base, cfg.model, device)
+        chat, model_of = _models(cfg, run_dir, device, cache)
         evaluated = {name for name, _ in run_dir.models()}
 
-        def evaluate(model, name: str, step: int, checkpoint: Path | None = None) -> None:
+        def evaluate(name: str, step: int, checkpoint: Path | None = None) -> None:
             print(f"evaluating {name} (step {step})", flush=True)
-            evaluation.evaluate(model, chat, name, step, checkpoint)
+            with model_of(checkpoint) as model:
+                evaluation.evaluate(model, chat, name, step, checkpoint)
             evaluated.add(name)
 
         if BASELINE not in evaluated:
-            evaluate(base, BASELINE, 0)
+            evaluate(BASELINE, 0)
         while True:
             done = run_dir.is_done()  # first: every checkpoint saved before it is listed below
             pending = [c for c in run_dir.checkpoints() if c.name not in evaluated]
             for checkpoint in pending:
-                evaluate(models.load(checkpoint), checkpoint.name, checkpoint_step(checkpoint), checkpoint)
+                evaluate(checkpoint.name, checkpoint_step(checkpoint), checkpoint)
             if done and not pending:
                 break
             if not pending:
@@ -120,6 +136,40 @@ def watch(
         return evaluation.write_summary()
     finally:
         logger.finish()
+
+
+def _models(cfg: TrainConfig, run_dir: RunDir, device: str, cache: FrameCache):
+    """The chat adapter, and a context manager giving the model of a checkpoint (None: the base): a model in
+    this process (one base; each LoRA adapter swapped onto it), or one served for the block
+    (``eval.server``: a LoRA checkpoint merged first)."""
+    server = cfg.eval.server
+    if server.enabled:
+        if not server.command:
+            raise ConfigError(
+                "the watcher serves each checkpoint in turn: give eval.server.command (or --serve), not a "
+                "running server's base_url"
+            )
+        processor = load_processor(cfg.model)
+        chat = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)
+        merged = run_dir.path / "eval" / "served_weights"
+
+        @contextmanager
+        def served(checkpoint: Path | None):
+            with serving(
+                cfg, served_weights(cfg.model, checkpoint, processor, merged), chat, run_dir
+            ) as model:
+                yield model
+
+        return chat, served
+    base, processor = load_base(cfg.model, quantized=cfg.peft.method is PeftMethod.qlora, device=device)
+    chat = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)
+    checkpoints = CheckpointModels(base, cfg.model, device)
+
+    @contextmanager
+    def in_process(checkpoint: Path | None):
+        yield base if checkpoint is None else checkpoints.load(checkpoint)
+
+    return chat, in_process
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -130,11 +180,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", help="where the model runs (default: cuda if available, else cpu)")
     parser.add_argument("--timeout", type=float, help="give up after this many seconds (default: never)")
     parser.add_argument("--poll", type=float, default=10.0, help="seconds between looks for checkpoints")
+    parser.add_argument(
+        "--serve",
+        metavar="COMMAND",
+        help="evaluate through a model server started with COMMAND for each model ({model}, {port} filled "
+        "in), e.g. 'vllm serve {model} --port {port}'",
+    )
+    parser.add_argument(
+        "--video",
+        choices=[v.value for v in VideoTransport],
+        help="how videos travel to the server: inline (data: URIs; vLLM, SGLang) or path (a file the server "
+        "reads on this machine; transformers serve)",
+    )
     args = parser.parse_args(argv)
 
     def work() -> None:
         try:
-            summary = watch(args.run_dir, device=args.device, timeout_s=args.timeout, poll_s=args.poll)
+            summary = watch(
+                args.run_dir,
+                device=args.device,
+                timeout_s=args.timeout,
+                poll_s=args.poll,
+                serve=args.serve,
+                video=args.video,
+            )
         except WatchTimeout as err:
             print(f"stopped: {err}; run it again to continue", file=sys.stderr)
             sys.exit(1)

@@ -24,7 +24,7 @@ import torch
 from core.config import ChatFormatVariant
 from data_builders.errors import ConfigError
 from data_builders.media import FrameCache, MediaSpec, load_image, span_specs
-from data_builders.sample import Sample, Turn
+from data_builders.sample import Part, Sample, Turn
 
 IGNORE_INDEX = -100
 # Bump when VideoChatAdapter.render changes how it writes a conversation (the formats' fields are hashed
@@ -156,12 +156,15 @@ class VideoChatAdapter:
             out.text += self._header("assistant")
         return out
 
-    def _render_parts(self, turn: Turn, out: Rendered, specs: Iterator[MediaSpec]) -> str:
-        parts = turn.parts
+    def parts_in_order(self, turn: Turn) -> list[Part]:
+        """A turn's parts in the order the chat format puts them (media first where it says so)."""
         if self.chat.media_first:  # a stable sort: images, videos and texts each keep their own order
-            parts = sorted(parts, key=lambda part: _MEDIA_FIRST_ORDER[part.type])
+            return sorted(turn.parts, key=lambda part: _MEDIA_FIRST_ORDER[part.type])
+        return list(turn.parts)
+
+    def _render_parts(self, turn: Turn, out: Rendered, specs: Iterator[MediaSpec]) -> str:
         text = ""
-        for part in parts:
+        for part in self.parts_in_order(turn):
             if part.type == "video":
                 clip = self.cache.clip(part.path, part.start, part.end, next(specs))
                 out.videos.append(clip.frames)

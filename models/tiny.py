@@ -4,11 +4,15 @@ Used by the quickstart and the tests in place of a real checkpoint (no hub acces
 first use and then loaded by exactly the code that loads a real model (``AutoModelForImageTextToText`` /
 ``AutoProcessor``). Each family gets its own model class, its own processor classes and a small
 byte-level BPE tokenizer trained offline with the special tokens that family's processor looks for, so
-the prompt format is the real one.
+the prompt format is the real one. Each also carries its family's released chat template (written from
+``models.chat``'s released format), so an OpenAI-compatible server (``transformers serve`` ...) serves it
+as it is.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 
 from data_builders.files import atomic_dir
@@ -33,6 +37,8 @@ _SPECIAL_TOKENS = {
     "internvl": (*_CHATML_TOKENS, *_INTERNVL_NAMED_TOKENS.values()),
 }
 _HEAD_DIM = 16
+# Written with every tiny checkpoint; one built before they carried a chat template is built again.
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
 
 # Words the synthetic world, the builders and the benchmarks use, so the BPE learns whole words
 # for them; anything else still tokenises (byte-level fallback).
@@ -51,6 +57,54 @@ Okay, I'll stop here. Choose the best continuation of your answer and name the i
 (Cancellation, False Trigger or Correction). Reply with the letter, then the type in parentheses, e.g.
 A (Correction) B (Cancellation) C (False Trigger) D (Correction)
 """
+
+
+# Every tiny checkpoint's chat template after a header setting these variables from a models.chat
+# ChatFormat (see chat_template). transformers serve passes content as a list of text/image/video parts.
+_TEMPLATE_BODY = r"""
+{%- for message in messages -%}
+    {%- if loop.first and system is not none and message['role'] != 'system' -%}
+        {{ turn_start + 'system\n' + system + turn_end + '\n' }}
+    {%- endif -%}
+    {{ turn_start + message['role'] + '\n' }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] }}
+    {%- else -%}
+        {%- set parts = message['content'] -%}
+        {%- if media_first -%}
+            {%- set parts = (parts | selectattr('type', 'equalto', 'image') | list)
+                + (parts | selectattr('type', 'equalto', 'video') | list)
+                + (parts | selectattr('type', 'equalto', 'text') | list) -%}
+        {%- endif -%}
+        {%- for part in parts -%}
+            {%- if part['type'] == 'image' -%}
+                {{ image }}
+            {%- elif part['type'] == 'video' -%}
+                {{ video }}
+            {%- elif part['type'] == 'text' -%}
+                {{ part['text'] }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- endif -%}
+    {{ turn_end + '\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{ turn_start + 'assistant\n' }}
+{%- endif -%}
+"""
+
+
+def chat_template(chat) -> str:
+    """A Jinja chat template that writes a conversation as ``chat`` (a ``models.chat.ChatFormat``) does:
+    its default system turn unless the conversation opens with its own, its placeholder for each image and
+    video part (a turn's images, then its videos, then its text when ``media_first``) and its turn
+    markers."""
+    # JSON literals are Jinja literals, but for None.
+    header = "".join(
+        f"{{%- set {name} = {'none' if value is None else json.dumps(value)} -%}}\n"
+        for name, value in asdict(chat).items()
+    )
+    return header + _TEMPLATE_BODY.strip() + "\n"
 
 
 def _train_tokenizer(family: str, vocab_size: int):
@@ -272,7 +326,8 @@ def build_tiny_checkpoint(
     seed: int = 0,
     max_pixels: int = 448 * 448,
 ) -> Path:
-    """Write a tiny random checkpoint (model, tokenizer, processor) of ``family`` to ``path`` if absent.
+    """Write a tiny random checkpoint (model, tokenizer, processor, chat template) of ``family`` to
+    ``path`` if absent (or built before tiny checkpoints carried a chat template).
 
     Args:
         family: one of ``FAMILIES``.
@@ -293,7 +348,7 @@ def build_tiny_checkpoint(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{path}.lock"):  # every rank may call this; one builds, the others wait and reuse
-        if not (path / "config.json").exists():
+        if not (path / CHAT_TEMPLATE_FILE).exists():
             _write_tiny_checkpoint(path, family, hidden, layers, vocab_size, seed, max_pixels)
     return path
 
@@ -303,9 +358,14 @@ def _write_tiny_checkpoint(
 ):
     import torch
 
+    from core.config import ChatFormatVariant
+    from models.chat import chat_format_for
+
     tokenizer = _train_tokenizer(family, vocab_size)
     torch.manual_seed(seed)
     model, processor = _BUILDERS[family](tokenizer, hidden, layers, max_pixels)
+    template = chat_template(chat_format_for(family, ChatFormatVariant.released))
+    processor.chat_template = tokenizer.chat_template = template  # a client may load either one
     with atomic_dir(path) as tmp:  # a killed build never leaves half a checkpoint
         model.save_pretrained(tmp)
         processor.save_pretrained(tmp)

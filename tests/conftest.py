@@ -1,5 +1,6 @@
 """Shared fixtures: the repository's paths, composed configs, small training and evaluation settings, a tiny
-checkpoint and a small synthetic build (made once per test session), and a local chat server."""
+checkpoint and a small synthetic build (made once per test session), a scripted local chat server, and real
+OpenAI-compatible servers (``transformers serve``) of the tiny checkpoint and of one tuned to reply JSON."""
 
 from __future__ import annotations
 
@@ -117,6 +118,47 @@ def chat_server(monkeypatch):
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def serving():
+    """Skips unless ``transformers serve`` can run (the dev extra); 127.0.0.1 bypasses any proxy meanwhile."""
+    from real_server import missing_serving_modules
+
+    missing = missing_serving_modules()
+    if missing:
+        pytest.skip(f"transformers serve needs {', '.join(missing)}: pip install -e '.[dev]'")
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("NO_PROXY", "no_proxy"):
+            patch.setenv(name, "127.0.0.1,localhost")
+        yield
+
+
+@pytest.fixture(scope="session")
+def served_tiny(serving, tiny_checkpoint):
+    """``transformers serve`` on the tiny checkpoint as it is (random weights: replies are gibberish)."""
+    from real_server import serve
+
+    with serve(tiny_checkpoint, name="tiny-qwen2.5-vl") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def json_tuned_checkpoint(tmp_path_factory, tiny_checkpoint):
+    """The tiny checkpoint tuned to reply what the judge, the blind filter and question generation accept
+    (tests/json_tuning.py), once per session."""
+    from json_tuning import tune_json_replies
+
+    return tune_json_replies(tiny_checkpoint, tmp_path_factory.mktemp("models") / "tiny-json")
+
+
+@pytest.fixture(scope="session")
+def served_json_model(serving, json_tuned_checkpoint):
+    """``transformers serve`` on the JSON-tuned tiny checkpoint."""
+    from real_server import serve
+
+    with serve(json_tuned_checkpoint, name="tiny-json") as server:
+        yield server
 
 
 @pytest.fixture

@@ -1,8 +1,12 @@
-"""A local OpenAI-compatible ``/chat/completions`` server for tests, on a free port of 127.0.0.1.
+"""A scripted OpenAI-compatible ``/chat/completions`` server for tests, on a free port of 127.0.0.1.
 
 Each test decides the replies: ``ChatServer(respond)`` calls ``respond(handler, body)`` for every POST
 (``handler`` has the request's ``path`` and ``headers``, ``body`` is the parsed JSON) and sends back the
 ``(status, payload bytes)`` it returns.
+
+It is for what a real server cannot be made to do on cue: 429/5xx sequences, timeouts, dropped connections,
+malformed bodies, chosen replies, request contents and keys (redaction), exact request counts. Success
+paths run against a real server: tests/real_server.py (``transformers serve``), tests/test_real_server.py.
 """
 
 from __future__ import annotations

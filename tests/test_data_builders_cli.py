@@ -200,3 +200,36 @@ def test_each_closed_choice_is_what_the_code_reads(choice: type[Choice], names):
 def test_the_synthetic_defaults_are_the_builders_defaults():
     assert SyntheticDataConfig().shapes == VpSftBuild().shapes
     assert mix_shares(SyntheticDataConfig().ovi_mix) == mix_shares(OviTrainBuild().mix)
+
+
+def test_help_without_a_builder_lists_the_builders(tmp_path: Path):
+    done = _run(tmp_path, "--help")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "python -m data_builders builder=ovi_train" in done.stdout  # the examples
+    assert f"Builders (builder=NAME): {', '.join(BUILDER_SCHEMAS)}" in done.stdout
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_help_with_a_builder_prints_its_settings(tmp_path: Path):
+    done = _run(tmp_path, "builder=ovi_train", "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("python -m data_builders builder=ovi_train builder.KEY=VALUE")
+    assert "captions: ???" in done.stdout and "source_options: {}" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "builder.source_options={subset: validation}",  # as the config's comment shows
+        "builder.source_options.subset=validation",
+        "+builder.source_options.subset=validation",
+    ],
+)
+def test_source_options_are_set_whole_or_by_key(composer, override: str):
+    cfg = composer("builder=ovi_train", "builder.format=youcook2", override)
+    assert OmegaConf.to_container(cfg.builder.source_options) == {"subset": "validation"}
+    stride = override.replace("subset=validation", "stride=2").replace("subset: validation", "stride: 2")
+    assert OmegaConf.to_container(composer("builder=vp_sft", stride).builder.source_options) == {"stride": 2}
+    # Only the free-form dict is open: a misspelt key of the builder still fails.
+    with pytest.raises(ConfigCompositionException, match="captons"):
+        composer("builder=ovi_train", override, "builder.captons=x")

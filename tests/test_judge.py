@@ -1,6 +1,7 @@
-"""The LLM judge: reply parsing, the HTTP backend against a scripted local server, caching, records,
-calibration and the calibration CLI. No network beyond 127.0.0.1; every test runs in well under a second
-except the local transformers judge."""
+"""The LLM judge: reply parsing, the HTTP backend against a scripted local server (chosen replies, faults,
+request contents, exact request counts), caching, records (also against a real server), calibration and
+the calibration CLI. No network beyond 127.0.0.1; every test runs in well under a second except the local
+transformers judge and the real-server one. More real-server tests: tests/test_real_server.py."""
 
 from __future__ import annotations
 
@@ -306,13 +307,17 @@ def test_judge_record_scores_only_what_was_judged(server):
     assert "5.2 s" in server.requests[0]["body"]["messages"][0]["content"]  # timing from the meta
 
 
-def test_judge_record_follows_the_type_and_skips_mcq(server):
-    result = Judge(_backend(server)).judge_record(_record("Cancellation"), ["iac", "tfs"])
-    assert sorted(result.scores) == ["iac", "tfs"]
-    assert len(server.requests) == 2
-    assert Judge(_backend(server)).judge_record(_record(format="mcq")).scores == {}
+@pytest.mark.slow  # a real server (tests/real_server.py), started once per session
+def test_judge_record_follows_the_type_and_skips_mcq(served_json_model):
+    endpoint = EndpointConfig(base_url=served_json_model.base_url, timeout_s=60.0, max_retries=0)
+    backend = EndpointTextModel(TextModelConfig("endpoint", served_json_model.model, endpoint=endpoint))
+    result = Judge(backend).judge_record(_record("Cancellation"), ["iac", "tfs"])
+    assert sorted(result.scores) == ["iac", "tfs"] and result.n_unjudged == 0
+    assert backend.n_requests == 2
+    assert Judge(backend).judge_record(_record(format="mcq")).scores == {}
     with pytest.raises(ValueError, match="interruption"):
-        Judge(_backend(server)).judge_record(_record(interruption=None))
+        Judge(backend).judge_record(_record(interruption=None))
+    assert backend.n_requests == 2
 
 
 # ---------------------------------------------------------------------------------------------------

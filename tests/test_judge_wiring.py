@@ -1,6 +1,7 @@
 """The LLM judge wired into evaluation: OVIBench meta for the judge, the judge config, judged metrics in
-summary.json and report.md, the radar plot, and an end-to-end run of the tiny model against a scripted
-OpenAI-compatible judge on 127.0.0.1 (valid replies, malformed ones, HTTP 500 for one metric)."""
+summary.json and report.md, the radar plot, an end-to-end run of the tiny model against a scripted
+OpenAI-compatible judge on 127.0.0.1 (valid replies, malformed ones, HTTP 500 for one metric), and a
+training run judged by a real server (``transformers serve``)."""
 
 from __future__ import annotations
 
@@ -324,12 +325,13 @@ def test_evaluation_without_a_judge_says_so(small_eval_config, tiny_checkpoint, 
 
 @pytest.mark.slow
 def test_training_with_a_judge_ends_with_judged_ovi_metrics(
-    judge_server, small_train_config, tiny_checkpoint, synthetic_build, tmp_path
+    served_json_model, small_train_config, tiny_checkpoint, synthetic_build, tmp_path
 ):
-    """Inline evaluation gets the run's judge like the watcher and ``python -m eval`` do: the whole config."""
+    """Inline evaluation gets the run's judge like the watcher and ``python -m eval`` do: the whole config.
+    The judge is a real server (tests/real_server.py) of a model tuned to reply a score of 1."""
     from train.recipe import run
 
-    judge_server.healthy = True
+    served = served_json_model
     cfg = small_train_config(
         tmp_path,
         f"model.name_or_path={tiny_checkpoint}",
@@ -342,15 +344,18 @@ def test_training_with_a_judge_ends_with_judged_ovi_metrics(
         "trainer.max_steps=3",
         "logger.wandb=false",
         "judge=endpoint",
-        "judge.model=judge-model",
-        *endpoint_overrides("judge", judge_server.url),
+        f"judge.model={served.model}",
+        "judge.max_tokens=32",
+        f"judge.endpoint.base_url={served.base_url}",
+        "judge.endpoint.timeout_s=60",
+        "judge.endpoint.max_retries=0",
     )
     summary = run(cfg).summary
-    assert summary["judge"]["identity"].startswith("endpoint:judge-model")
+    assert summary["judge"]["identity"].startswith(f"endpoint:{served.model}|")
     ovi = summary["benchmarks"]["ovi"]
     assert ovi["n_unjudged"] == 0
     tfs = ovi["metrics"]["tfs"]
-    assert tfs["n"] > 0 and tfs["baseline"] == 8.0 and tfs["checkpoints"]["checkpoint-3"]["value"] == 8.0
+    assert tfs["n"] > 0 and tfs["baseline"] == 1.0 and tfs["checkpoints"]["checkpoint-3"]["value"] == 1.0
     written = json.loads((Path(cfg.run_dir) / "summary.json").read_text())
     assert written["benchmarks"]["ovi"]["metrics"]["iac"]["baseline"] == 1.0
 

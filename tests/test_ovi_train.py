@@ -10,12 +10,19 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from caption_sources import make_source, ovi_build
+from caption_sources import (
+    link_videos,
+    make_source,
+    ovi_build,
+    realistic_activitynet,
+    realistic_qvhighlights,
+)
 
 from data_builders.errors import DataError, DataErrors, SettingError
 from data_builders.ovi_format import load_ovibench, ovi_row_to_sample
 from data_builders.ovi_train import build_ovi_items, build_ovi_train
 from data_builders.phrasings import BANKS, PHRASINGS_VERSION, TRAIN, phrased_by
+from data_builders.questions import QuestionContext, TemplateQuestions, video_questions
 from data_builders.sample import Sample
 from data_builders.sources.activitynet import load_activitynet_captions
 
@@ -143,6 +150,8 @@ def test_visual_evidence_is_the_captions_seen_by_the_interruption(
 
 def test_reaction_matches_the_type(rows: list[dict], source: tuple[Path, Path]):
     captions = json.loads(source[0].read_text())
+    videos, _ = load_activitynet_captions(source[0])
+    qas = {v.key: video_questions(TemplateQuestions(), v, QuestionContext(), []) for v in videos}
     for row in rows:
         kind, reaction = row["interruption_type"], row["reference_reaction"]
         assert row["phrasing"] == "train"
@@ -154,14 +163,18 @@ def test_reaction_matches_the_type(rows: list[dict], source: tuple[Path, Path]):
         else:
             assert any(phrased_by(row["interruption"], template) for template in TRAIN.corrections)
             assert reaction != row["answer"]
-            ends = _corrected_evidence_ends(row, captions[row["source_id"]])
+            ends = _corrected_evidence_ends(row, captions[row["source_id"]], qas[row["source_id"]])
             assert ends and max(ends) <= row["interruption_time"]  # answerable from what was seen
 
 
-def _corrected_evidence_ends(row: dict, video: dict) -> list[float]:
+def _corrected_evidence_ends(row: dict, video: dict, qas: list) -> list[float]:
     """End times of the captions the corrected answer is drawn from, checking it names the right thing."""
     captions = list(zip(video["timestamps"], video["sentences"], strict=True))
+    asked = [qa for qa in qas if qa.question in row["interruption"]]
     window = tuple(re.findall(r"\d+\.\d", row["interruption"]))
+    if asked:  # "Sorry, I meant to ask: <another question>" -> that question's answer
+        assert row["reference_reaction"] in [qa.answer for qa in asked]
+        return [min(qa.end for qa in asked if qa.answer == row["reference_reaction"])]
     if window:  # "Sorry, I meant between 2.0 s and 3.0 s." -> the captions of that window
         chosen = [((s, e), text) for (s, e), text in captions if (f"{s:.1f}", f"{e:.1f}") == window]
         reaction = row["reference_reaction"].lower()
@@ -283,3 +296,31 @@ def test_every_open_item_of_the_synthetic_twin_is_cut_after_3_tokens(synthetic_b
         assert row["interruption_time"] == pytest.approx(row["question_time"] + _delay_s(row), abs=1e-3)
         assert row["visual_evidence"]
     assert any(r["interruption_time"] > r["duration"] for r in rows)
+
+
+@pytest.mark.parametrize("fmt", ["activitynet", "qvhighlights"])
+def test_no_question_kind_takes_half_the_rows_of_real_looking_files(tmp_path: Path, fmt: str):
+    if fmt == "activitynet":
+        data = realistic_activitynet(150, 561, seed=4)  # the real train file's 3.74 captions a video
+        path, names = tmp_path / "train.json", list(data)
+        path.write_text(json.dumps(data))
+    else:
+        lines = realistic_qvhighlights(300, seed=4)
+        path, names = tmp_path / "train.jsonl", sorted({line["vid"] for line in lines})
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    videos = link_videos(tmp_path / "videos", names)
+    out = build_ovi_train(ovi_build(path, videos, out=str(tmp_path / "out"), format=fmt, forms=["open"]))
+    rows, info = _jsonl(out / "ovibench.jsonl"), json.loads((out / "build_info.json").read_text())
+    assert info["quarantined"] == 0  # no last segment lost to the durations' float noise
+    kinds = Counter(r["question_kind"] for r in rows)
+    assert max(kinds.values()) <= len(rows) / 2 and len(kinds) >= 3, kinds
+    assert info["by_question_kind"] == dict(kinds)
+    assert "Rows by question kind x type (" in (out / "stats.md").read_text()
+    for row in rows:  # asked when its evidence has been seen, which its annotations name
+        assert row["segment"][1] == row["question_time"] <= row["duration"] + 1e-3
+        assert row["source_annotations"] and row["id"].endswith("-open")
+    if fmt == "qvhighlights":  # every query of the file can be traced back from the rows
+        assert {ref["qid"] for r in rows for ref in r["source_annotations"]} == {x["qid"] for x in lines}
+    sample = load_ovibench(out)[0]
+    assert sample.meta["question_kind"] == rows[0]["question_kind"]
+    assert sample.meta["source_annotations"] == rows[0]["source_annotations"]

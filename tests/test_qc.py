@@ -1,5 +1,5 @@
-"""Quality control: option-length rule, blind filter (one or two models: fakes, endpoints, a local model),
-shuffling, letters."""
+"""Quality control: option-length rule, blind filter (one or two models: fakes, scripted endpoints, a local
+model), shuffling, letters. The blind filter against a real server: tests/test_real_server.py."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ import hashlib
 import json
 import re
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,10 +22,13 @@ from data_builders.errors import SettingError
 from data_builders.files import JsonlStore
 from data_builders.ovi_train import build_ovi_items, build_ovi_train
 from data_builders.questions import (
+    QA,
     ModelQuestions,
     QuestionConfig,
     QuestionContext,
     TemplateQuestions,
+    as_sentence,
+    choose_question,
     make_question_generator,
     parse_reply,
     video_questions,
@@ -162,7 +166,8 @@ def test_template_is_the_default_and_lists_questions_in_the_old_order(source: tu
     path.write_text(json.dumps(data))
     (video,), _ = load_activitynet_captions(path)
     qas = video_questions(TemplateQuestions(), video, QuestionContext(), [])
-    assert [q.kind for q in qas] == ["window"] * 3 + ["object"] * 3
+    # Per segment: its window question, and when it is one caption's, the other template kinds that fit.
+    assert [q.kind for q in qas] == ["window", "window", "when", "window", "when"] + ["object"] * 3
     assert qas[0].answer == "A red circle moves and a blue square spins." and qas[0].segment == (0, 4)
     red = next(q for q in qas if q.name == "red circle")
     assert red.answer == "The red circle grows." and red.captions == {2}  # its longest caption
@@ -174,19 +179,22 @@ def test_template_is_the_default_and_lists_questions_in_the_old_order(source: tu
     assert [(q.kind, q.question) for q in qas] == [
         ("source", "What does the man hold?"),
         ("window", "What happens in the video between 5.0 s and 9.0 s?"),
+        ("person", "What does the man do between 5.0 s and 9.0 s?"),
+        ("when", "When in the video does this happen: the man walks away?"),
         ("object", "Describe what the red ball does."),
     ]
 
 
-def test_template_rows_are_those_of_the_inline_templates_they_replaced(tmp_path: Path):
-    # The hash of the question fields the pre-`questions` code built from this source (object and
-    # plain captions). The interruption fields (timing, phrasing, evidence) have changed since, so only
-    # what the templates decide is pinned.
+def test_template_rows_are_pinned(tmp_path: Path):
+    # The hash of the question fields a seed makes from this source (object and plain captions), so a
+    # change of what the templates decide is deliberate: repinned when the template kinds (person, when,
+    # after, before, order) and the balanced choice among them came. The interruption fields (timing,
+    # phrasing, evidence) are pinned elsewhere.
     rows, _ = build_ovi_items(ovi_build(*_make_source(tmp_path, n_videos=12, seed=5), seed=7))
     fields = ("id", "question", "answer", "segment", "question_time", "duration", "source", "video_path")
     template_fields = [{k: row[k] for k in (*fields, "format")} for row in rows]
     digest = hashlib.sha1(json.dumps(template_fields, sort_keys=True).encode()).hexdigest()
-    assert (len(rows), digest) == (108, "49e122110f15a9b6fdbd6920fc8d45077b386781")
+    assert (len(rows), digest) == (108, "23c2e6e171b75599a16d3c2010756ae1d69d5b8c")
 
 
 # --- endpoint -----------------------------------------------------------------------------------
@@ -413,3 +421,87 @@ def test_cli_config_takes_question_settings():
         with pytest.raises(Exception, match="frame"):
             compose("build", overrides=["builder=ovi_train", "builder.questions.frame=2"])
     assert isinstance(questions, QuestionConfig) and (questions.backend, questions.frames) == ("endpoint", 0)
+
+
+# --- template kinds on real-looking captions ---------------------------------------------------
+
+
+def _violin() -> CaptionedVideo:
+    """ActivityNet's kind of captions: overlapping events, a noisy duration, a last event ending at it."""
+    sentences = [
+        "a man is seen speaking to the camera and leads into him playing the violin",
+        "he then begins playing the instrument while moving his fingers along the neck",
+        "the man continues to play and ends by putting the violin down",
+    ]
+    stamps = [(0.0, 20.5), (19.8, 45.0), (44.1, 70.28999999999999)]
+    captions = [
+        Caption("v", i, s, e, text) for i, ((s, e), text) in enumerate(zip(stamps, sentences, strict=True))
+    ]
+    return CaptionedVideo("v", 70.28999999999999, captions)
+
+
+def test_template_kinds_ask_what_the_captions_answer():
+    video = _violin()
+    first, second, _ = video.captions
+    qas = {
+        (qa.kind, qa.anchor): qa for qa in video_questions(TemplateQuestions(), video, QuestionContext(), [])
+    }
+    assert {kind for kind, _ in qas} == {"window", "person", "when", "after", "before", "order"}
+    assert qas["person", 0].question == "What does the man do between 0.0 s and 20.5 s?"
+    assert qas["person", 1].question == "What does he do between 19.8 s and 45.0 s?"
+    assert qas["when", 0].answer == "From 0.0 s to 20.5 s."
+    after, before, order = qas["after", 0], qas["before", 0], qas["order", 0]
+    assert after.question == f"In the video, {first.sentence}. What happens next?"
+    assert after.answer == as_sentence(second.sentence)
+    assert before.question == f"In the video, {second.sentence}. What happens just before that?"
+    assert before.answer == as_sentence(first.sentence)
+    assert order.answer == f"First, {first.sentence}; after that, {second.sentence}."
+    assert first.sentence in order.question and second.sentence in order.question
+    for qa in qas.values():  # asked once all its evidence has been seen; its segment spans that evidence
+        evidence = [c for c in video.captions if c.index in qa.captions]
+        assert qa.end == max(c.end for c in evidence) == qa.segment[1]
+        assert qa.segment[0] == min(c.start for c in evidence)
+    # The last event has none after it.
+    assert not [kind for kind, anchor in qas if anchor == 2 and kind in ("after", "before", "order")]
+
+
+@pytest.mark.parametrize(
+    ("stamps", "sentences"),
+    [
+        ([(0, 30), (10, 40)], ["a man runs", "a dog barks"]),  # starts mid-way: concurrent, not next
+        ([(0, 10), (30, 40)], ["a man runs", "a dog barks"]),  # 20 s later: not what happens next
+        ([(0, 10), (10, 20), (10, 25)], ["a man runs", "a dog barks", "a cat sits"]),  # two next ones
+        ([(0, 10), (10, 20), (20, 30)], ["a man runs", "a dog barks", "a man runs"]),  # it recurs
+    ],
+)
+def test_no_next_event_question_where_the_next_event_is_unclear(stamps, sentences):
+    captions = [
+        Caption("v", i, s, e, text) for i, ((s, e), text) in enumerate(zip(stamps, sentences, strict=True))
+    ]
+    video = CaptionedVideo("v", 40.0, captions)
+    qas = video_questions(TemplateQuestions(), video, QuestionContext(), [])
+    assert not [qa for qa in qas if qa.anchor == 0 and qa.kind in ("after", "before", "order")]
+
+
+def test_when_lists_every_window_of_a_query_once():
+    windows = [(0.0, 10.0), (20.0, 34.5)]
+    captions = [Caption("q", i, s, e, "a man rides a bike") for i, (s, e) in enumerate(windows)]
+    qas = video_questions(TemplateQuestions(), CaptionedVideo("q", 150.0, captions), QuestionContext(), [])
+    (when,) = [qa for qa in qas if qa.kind == "when"]
+    assert when.answer == "From 0.0 s to 10.0 s and from 20.0 s to 34.5 s." and when.end == 34.5
+    whole = [Caption("u", 0, 0.0, 60.0, "normal activity")]  # nothing to ask "when" about
+    assert [
+        qa.kind
+        for qa in video_questions(
+            TemplateQuestions(), CaptionedVideo("u", 60.0, whole), QuestionContext(), []
+        )
+    ] == ["window"]
+
+
+def test_choose_question_takes_the_kind_asked_least():
+    rng, asked = np.random.default_rng(0), Counter()
+    window = QA("w?", "w a", frozenset([0]), frozenset(), 1.0, kind="window")
+    when = QA("t?", "t a", frozenset([0]), frozenset(), 1.0, kind="when")
+    chosen = [choose_question([window, when], asked, rng).kind for _ in range(6)]
+    chosen += [choose_question([window], asked, rng).kind for _ in range(2)]
+    assert asked == Counter(window=5, when=3) and chosen.count("when") == 3

@@ -24,6 +24,7 @@ from data_builders.sources import (
     load_youcook2,
     read_source,
 )
+from data_builders.sources.captions import segment_problem, within_video
 from data_builders.video_io import write_mp4
 
 
@@ -165,7 +166,8 @@ def test_qvhighlights_builds_ovi_items(qvh: tuple[Path, Path, Path]):
     _check_rows(rows, "qvhighlights")
     assert len(quarantined) == 3
     assert {r["source_id"] for r in rows} == {"j7rJstUseKg_360.0_510.0", "NUsG9BgSes0_210.0_360.0"}
-    assert {tuple(r["segment"]) for r in rows} == {(0.0, 10.0), (20.0, 34.5), (100.0, 150.0), (40.0, 52.0)}
+    # One scene per window; the bike query's first one asks when it happens: both its windows.
+    assert {tuple(r["segment"]) for r in rows} == {(0.0, 34.5), (20.0, 34.5), (100.0, 150.0), (40.0, 52.0)}
     rows, quarantined = build_ovi_items(ovi_build(test, videos_dir, format="qvhighlights"))
     assert not quarantined and {tuple(r["segment"]) for r in rows} == {(0.0, 150.0)}
 
@@ -494,3 +496,47 @@ def test_moviechat_builds_ovi_items_asking_its_own_questions(moviechat: tuple[Pa
         if row["interruption_type"] == "Correction":  # asks another breakpoint question seen by then
             question = row["interruption"].split(": ", 1)[1]
             assert row["reference_reaction"] == answers[question] != row["answer"]
+
+
+# ---------------------------------------------------------------- every reader: float noise, provenance
+
+NOISY = 70.28999999999999  # a duration as real files carry it; the last segment ends at 70.29
+
+
+def test_a_segment_ending_at_the_rounded_duration_is_kept_by_every_reader(tmp_path: Path):
+    assert segment_problem(0.0, 70.29, "x", NOISY) is None and segment_problem(-1e-9, 1.0, "x", 5.0) is None
+    assert segment_problem(0.0, 70.3, "x", NOISY) == f"segment end 70.3 beyond the duration {NOISY}"
+    assert within_video(-1e-9, 70.29, NOISY) == (0.0, NOISY)
+    anet = {"v_a": {"duration": NOISY, "timestamps": [[0, 30.5], [30.5, 70.29]], "sentences": ["a", "b"]}}
+    (tmp_path / "anet.json").write_text(json.dumps(anet))
+    qvh = [{**QVH_TRAIN[1], "duration": NOISY, "relevant_windows": [[40, 70.29]]}]
+    youcook = {"database": {"y": {**YOUCOOK2["database"]["GLd3aX16zBg"], "duration": NOISY}}}
+    youcook["database"]["y"]["annotations"] = [{"id": 7, "segment": [50, 70.29], "sentence": "serve"}]
+    (tmp_path / "youcook.json").write_text(json.dumps(youcook))
+    # The last breakpoint at the last frame (MovieChat and UCF-Crime compute both times alike from frames).
+    movie = _moviechat_entry("m.mp4", 29.97, 2107, [(2107, "What happens at the end?", "They wave goodbye.")])
+    (tmp_path / "m.json").write_text(json.dumps(movie))
+    readers = [
+        read_source("activitynet", tmp_path / "anet.json", tmp_path),
+        read_source("qvhighlights", _jsonl(tmp_path / "qvh.jsonl", qvh), tmp_path),
+        read_source("youcook2", tmp_path / "youcook.json", tmp_path),
+        read_source("moviechat", tmp_path / "m.json", tmp_path),
+    ]
+    for (video,), quarantined in readers:
+        assert quarantined == [] and video.captions
+        assert all(0 <= c.start < c.end <= video.duration for c in video.captions)
+    assert [c.end for c in readers[0][0][0].captions] == [30.5, NOISY]
+
+
+def test_every_reader_records_the_sources_own_annotation_ids(
+    qvh: tuple[Path, Path, Path], youcook2: tuple[Path, Path], moviechat: tuple[Path, Path]
+):
+    (_, pizza), _ = load_qvhighlights(*qvh[::2])
+    assert [c.ref for c in pizza.captions] == [{"qid": 2579, "window": 0}]
+    (sandwich, _), _ = load_youcook2(*youcook2)
+    assert [c.ref for c in sandwich.captions] == [{"id": 0}, {"id": 1}]
+    (_, awa), _ = load_moviechat(*moviechat)
+    assert [c.ref for c in awa.captions] == [{"breakpoint": 0}, {"breakpoint": 1}]
+    rows, _ = build_ovi_items(ovi_build(qvh[0], qvh[2], format="qvhighlights", forms=["open"]))
+    qids = {ref["qid"] for row in rows for ref in row["source_annotations"]}
+    assert qids == {9769, 10016, 2579}  # every query of the file (the third's bad windows quarantined)

@@ -279,3 +279,29 @@ def test_a_full_fine_tuning_checkpoint_is_loaded_whole(tiny_checkpoint, tmp_path
     models = CheckpointModels(load_model(model_cfg)[0], model_cfg, "cpu")
     loaded = models.load(tmp_path / "checkpoint-2").eval()
     torch.testing.assert_close(_logits(loaded, input_ids), _logits(tuned.eval(), input_ids))
+
+
+@pytest.mark.slow
+def test_the_watcher_serves_each_checkpoint_through_a_model_server(async_run, tmp_path):
+    """--serve: the baseline and every checkpoint evaluated through transformers serve, each LoRA checkpoint
+    merged into the base for its server; the served results are their own setting, never mixed with the
+    in-process ones."""
+    pytest.importorskip("fastapi", reason="transformers[serving] (the dev extra) is not installed")
+    try:
+        from torchcodec.decoders import VideoDecoder  # noqa: F401
+    except Exception as err:
+        pytest.skip(f"transformers serve cannot read videos here (torchcodec with FFmpeg): {err}")
+    from eval.watch import watch
+
+    run_dir = Path(shutil.copytree(async_run[0], tmp_path / "served"))
+    shutil.rmtree(run_dir / "eval")
+    serve = f"{sys.executable} -m transformers.cli.transformers serve {{model}} --device cpu --port {{port}}"
+    summary = watch(run_dir, timeout_s=WAIT_S, poll_s=0.2, serve=serve, video="path")
+
+    names = [f"checkpoint-{step}" for step in range(SAVE_EVERY, STEPS + 1, SAVE_EVERY)]
+    assert _evaluated(run_dir) == ["baseline", *names]
+    assert sorted(p.name for p in (run_dir / "eval" / "served_weights").iterdir()) == sorted(names)
+    assert set(summary["benchmarks"]["v2p"]["metrics"]["accuracy"]["checkpoints"]) == set(names)
+    served = json.loads((run_dir / "eval" / "baseline" / "v2p.jsonl").read_text().splitlines()[0])
+    in_process = json.loads((async_run[0] / "eval" / "baseline" / "v2p.jsonl").read_text().splitlines()[0])
+    assert served["id"] == in_process["id"] and served["setting"] != in_process["setting"]

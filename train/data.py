@@ -4,40 +4,152 @@ every rank's batch holds the same kinds of media.
 Before training, the recipe decodes every sample's media once into the frame cache
 (``data_builders.media.check_media``); a sample whose media cannot be decoded is quarantined: left out,
 counted by reason and listed in ``quarantine_train.json`` in the run directory, never dropped silently.
+
+Several datasets (``data.train``) are concatenated, or mixed by ``data.weights``: LLaMA-Factory's
+``interleave_under`` strategy with exact counts. The weights, normalised, are each dataset's share of the
+epoch; the epoch is the largest one that holds those shares without repeating a sample, so the dataset
+that runs out first takes all of its samples and the others a seeded draw. ``N = min_i(n_i / p_i)``
+samples (``n_i`` samples in dataset ``i``, ``p_i`` its share), ``round(p_i N)`` from each. The draw
+depends only on the trainer's seed and the datasets, so every rank (and a resumed run) trains on the same
+samples. What was drawn and used is written to ``data_mix.json`` in the run directory.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from data_builders.errors import DataError
+from core.config import DataConfig
+from data_builders.errors import ConfigError, DataError
+from data_builders.media import FrameCache, MediaSpec, check_media
 from data_builders.sample import Sample
 from models.chat import VideoChatAdapter
 
+MIX_STRATEGY = "interleave_under"  # LLaMA-Factory's name for it; see the module docstring
+
 
 def load_samples(dataset_dirs: list[str]) -> list[Sample]:
-    """Read samples from HF datasets saved with ``save_to_disk`` (rows made by ``Sample.to_row``)."""
+    """Read samples from HF datasets saved with ``save_to_disk`` (rows made by ``Sample.to_row``),
+    concatenated."""
+    return [sample for directory in dataset_dirs for sample in load_dataset_samples(directory)]
+
+
+def load_dataset_samples(directory: str) -> list[Sample]:
+    """The samples of one HF dataset directory.
+
+    Raises:
+        DataError: the directory is missing, not a finished dataset, or holds a malformed row.
+    """
     import datasets
 
+    if not Path(directory).exists():
+        raise DataError(directory, "training dataset directory not found (build it with data_builders)")
+    try:
+        dataset = datasets.load_from_disk(directory)
+    except FileNotFoundError as exc:  # a directory, but not a dataset save_to_disk finished
+        raise DataError(
+            directory, "not a complete HF dataset as data_builders saves one (a build's hf/ directory)"
+        ) from exc
     samples = []
-    for directory in dataset_dirs:
-        if not Path(directory).exists():
-            raise DataError(directory, "training dataset directory not found (build it with data_builders)")
+    for row_number, row in enumerate(dataset, start=1):
         try:
-            dataset = datasets.load_from_disk(directory)
-        except FileNotFoundError as exc:  # a directory, but not a dataset save_to_disk finished
-            raise DataError(
-                directory, "not a complete HF dataset as data_builders saves one (a build's hf/ directory)"
-            ) from exc
-        for row_number, row in enumerate(dataset, start=1):
-            try:
-                samples.append(Sample.from_row(row))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise DataError(directory, f"malformed sample: {exc}", row=row_number) from exc
+            samples.append(Sample.from_row(row))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(directory, f"malformed sample: {exc}", row=row_number) from exc
     return samples
+
+
+def dataset_shares(train: list[str], weights: list[float]) -> list[float] | None:
+    """Each dataset's share of the epoch (the weights normalised); None without weights (concatenation).
+
+    Raises:
+        ConfigError: not one weight per dataset, a negative weight, or none above 0.
+    """
+    if not weights:
+        return None
+    if len(weights) != len(train):
+        raise ConfigError(
+            f"data.weights has {len(weights)} weight(s) for {len(train)} dataset(s) in data.train: give one "
+            f"per dataset, by position, or none (concatenation); weights {list(weights)}, train {list(train)}"
+        )
+    if min(weights) < 0 or not math.isfinite(sum(weights)) or sum(weights) <= 0:
+        raise ConfigError(f"data.weights must be finite, non-negative and not all 0, got {list(weights)}")
+    return [weight / sum(weights) for weight in weights]
+
+
+def mixed_counts(sizes: list[int], shares: list[float]) -> list[int]:
+    """How many samples each dataset gives to an ``interleave_under`` epoch: ``round(p_i N)``, ``N`` the
+    largest epoch in which no dataset repeats a sample (``min_i n_i / p_i`` over the datasets with p_i > 0).
+
+    Raises:
+        ConfigError: a dataset with a share above 0 is empty.
+    """
+    empty = [i for i, (size, share) in enumerate(zip(sizes, shares, strict=True)) if share > 0 and not size]
+    if empty:
+        raise ConfigError(f"data.train[{empty[0]}] is empty but its data.weights entry is above 0")
+    epoch = min(size / share for size, share in zip(sizes, shares, strict=True) if share > 0)
+    return [min(size, math.floor(share * epoch + 0.5)) for size, share in zip(sizes, shares, strict=True)]
+
+
+def mix_datasets(datasets: list[list[Sample]], shares: list[float] | None, seed: int) -> list[list[Sample]]:
+    """The samples each dataset gives to the epoch: all of them without shares, else a draw of
+    :func:`mixed_counts` samples, seeded by ``seed`` and the dataset's position, in the dataset's order."""
+    if shares is None:
+        return [list(samples) for samples in datasets]
+    counts = mixed_counts([len(samples) for samples in datasets], shares)
+    drawn = []
+    for position, (samples, count) in enumerate(zip(datasets, counts, strict=True)):
+        chosen = np.random.default_rng([seed, position]).permutation(len(samples))[:count]
+        drawn.append([samples[i] for i in sorted(chosen)])
+    return drawn
+
+
+@dataclass
+class TrainingSet:
+    """The samples a run trains on, those quarantined, and the record of how the datasets were mixed."""
+
+    samples: list[Sample]
+    quarantined: list[dict[str, str]]
+    mix: dict[str, Any]  # what data_mix.json holds
+
+
+def training_set(
+    data: DataConfig, seed: int, spec: MediaSpec, cache: FrameCache, *, follow_on: bool = True
+) -> TrainingSet:
+    """Load ``data.train``, mix it by ``data.weights`` and decode every drawn sample's media once
+    (:func:`data_builders.media.check_media`), quarantining those that fail.
+
+    Raises:
+        ConfigError: bad weights (see :func:`dataset_shares`).
+        DataError: a dataset that cannot be read.
+    """
+    shares = dataset_shares(data.train, data.weights)
+    datasets = [load_dataset_samples(directory) for directory in data.train]
+    samples, quarantined, entries = [], [], []
+    for position, drawn in enumerate(mix_datasets(datasets, shares, seed)):
+        usable, bad = check_media(
+            drawn, spec, cache, desc=f"train {position + 1}/{len(datasets)}", follow_on=follow_on
+        )
+        samples += usable
+        quarantined += bad
+        entries.append(
+            {
+                "path": data.train[position],
+                "weight": data.weights[position] if shares else None,
+                "share": shares[position] if shares else None,
+                "samples": len(datasets[position]),  # in the dataset
+                "drawn": len(drawn),  # for the epoch
+                "used": len(usable),  # drawn, less those quarantined
+            }
+        )
+    strategy = MIX_STRATEGY if shares else "concat"
+    mix = {"strategy": strategy, "seed": seed, "samples": len(samples), "datasets": entries}
+    return TrainingSet(samples, quarantined, mix)
 
 
 class SampleDataset(torch.utils.data.Dataset):

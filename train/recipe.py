@@ -14,31 +14,47 @@ from pathlib import Path
 import torch
 
 from core import distributed
-from core.config import EvalMode, PeftMethod, TrainConfig, TrainerConfig, resolve_synthetic_data
+from core.config import EvalMode, PeftMethod, StageMethod, TrainConfig, TrainerConfig, resolve_synthetic_data
 from core.metric_logging import MetricLogger, NullLogger, logger_for_run
 from core.rundir import RunDir
+from data_builders.errors import ConfigError
 from data_builders.files import write_json_atomic
-from data_builders.media import FrameCache, check_media
+from data_builders.media import FrameCache
 from eval.evaluation import Evaluation
 from models.chat import make_adapter
 from models.loading import build_if_tiny, load_base
 from models.qlora import check_qlora
 from models.towers import family_of, is_partitioned, numel, parameters_by_tower
 from train.callbacks import CheckpointEval, LogToMetricLogger
-from train.data import Collator, SampleDataset, load_samples
+from train.data import Collator, SampleDataset, dataset_shares, training_set
 from train.deepspeed import deepspeed_config, write_deepspeed_config
+from train.dpo import (
+    PairCollator,
+    PreferenceTrainer,
+    dpo_arguments,
+    preference_dataset,
+    reference_model,
+    resolve_start,
+)
 from train.modes import apply_peft
 from train.optim import check_learning_rates, tower_learning_rates
 from train.trainer import RecipeTrainer
 
 
-def training_arguments(cfg: TrainerConfig, checkpoints_dir: Path, deepspeed: dict | None = None):
+def training_arguments(
+    cfg: TrainerConfig,
+    checkpoints_dir: Path,
+    deepspeed: dict | None = None,
+    arguments_class: type | None = None,
+    **stage_arguments,
+):
     """The HF Trainer's arguments, saving under ``checkpoints_dir`` (``RunDir.checkpoints_dir``);
-    ``deepspeed``: the config from ``train.deepspeed.deepspeed_config``."""
+    ``deepspeed``: the config from ``train.deepspeed.deepspeed_config``; ``arguments_class`` (a subclass
+    of TrainingArguments such as TRL's DPOConfig) with its own ``stage_arguments``."""
     from transformers import TrainingArguments
 
     bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    return TrainingArguments(
+    return (arguments_class or TrainingArguments)(
         output_dir=str(checkpoints_dir),
         max_steps=cfg.max_steps,
         per_device_train_batch_size=cfg.batch_size,
@@ -61,6 +77,7 @@ def training_arguments(cfg: TrainerConfig, checkpoints_dir: Path, deepspeed: dic
         report_to=[],  # metrics go through our own logger (one W&B run, training-step axis)
         disable_tqdm=False,
         deepspeed=deepspeed,
+        **stage_arguments,
     )
 
 
@@ -83,6 +100,10 @@ def run(cfg: TrainConfig) -> RunResult:
     if cfg.peft.method is PeftMethod.qlora:
         check_qlora(cfg.trainer)
     resolve_synthetic_data(cfg)  # file-locked: every rank calls it, one builds
+    dpo = cfg.stage.method is StageMethod.dpo
+    if dpo:
+        resolve_start(cfg, run_dir)  # file-locked too: the SFT checkpoint becomes the run's base
+    dataset_shares(cfg.data.train, cfg.data.weights)  # bad weights fail here, before the model loads
     main = distributed.is_main()  # from the launcher's RANK: the process group does not exist yet
     if main:
         run_dir.write_config(cfg)
@@ -94,20 +115,28 @@ def run(cfg: TrainConfig) -> RunResult:
         # Before the model: under ZeRO-3 the arguments register the DeepSpeed config with transformers (a
         # weak reference, alive as long as `args` is), so from_pretrained loads each rank's partition only
         # (deepspeed.zero.Init) instead of the whole model on every rank first.
-        args = training_arguments(cfg.trainer, run_dir.checkpoints_dir, ds_config)
+        arguments_class, stage_arguments = dpo_arguments(cfg.stage, cfg.trainer) if dpo else (None, {})
+        args = training_arguments(
+            cfg.trainer, run_dir.checkpoints_dir, ds_config, arguments_class, **stage_arguments
+        )
         distributed.share_cpu_process_group(args)
         model, processor = load_base(cfg.model, quantized=cfg.peft.method is PeftMethod.qlora)
         partitioned_at_load = is_partitioned(model)
         chat = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)
-        samples, bad = check_media(
-            load_samples(cfg.data.train), cfg.media, cache, desc="train", follow_on=chat.follow_on
-        )
-        run_dir.write_quarantine("train", bad)
+        if dpo:
+            train_dataset, collator = preference_dataset(cfg, chat, cache, run_dir), PairCollator(chat)
+        else:
+            train_set = training_set(cfg.data, cfg.trainer.seed, cfg.media, cache, follow_on=chat.follow_on)
+            samples = train_set.samples
+            run_dir.write_quarantine("train", train_set.quarantined)
+            if main:
+                write_json_atomic(run_dir.data_mix_file, train_set.mix, indent=2)
+            train_dataset, collator = SampleDataset(samples, chat), Collator(chat)
         # Seed again right before the LoRA init: what ran since the first seed may have drawn from the
         # global RNG (building the tiny checkpoint does, on a first run only), and the LoRA A matrices
         # must not depend on it, or a resumed run and its twin would train different adapters.
         set_seed(cfg.trainer.seed)
-        model = apply_peft(model, cfg.peft)
+        base, model = model, apply_peft(model, cfg.peft)
         check_learning_rates(cfg.trainer, model)
         if main:
             _write_parameters(run_dir, model, cfg.trainer, partitioned_at_load)
@@ -115,14 +144,16 @@ def run(cfg: TrainConfig) -> RunResult:
         callbacks = [LogToMetricLogger(logger)]
         if evaluation:
             callbacks.append(CheckpointEval(evaluation, chat, run_dir))
-        trainer = RecipeTrainer(
+        stage_kwargs = {"ref_model": reference_model(cfg, model is not base)} if dpo else {}
+        trainer = (PreferenceTrainer if dpo else RecipeTrainer)(
             model=model,
             args=args,
             trainer_cfg=cfg.trainer,
             processing_class=processor,  # saved with every checkpoint: a fully tuned one loads on its own
-            train_dataset=SampleDataset(samples, chat),
-            data_collator=Collator(chat),
+            train_dataset=train_dataset,
+            data_collator=collator,
             callbacks=callbacks,
+            **stage_kwargs,
         )
         last = run_dir.latest_checkpoint()
         if last and main:
@@ -151,7 +182,13 @@ def _inline_evaluation(
                 flush=True,
             )
         return None
-    return Evaluation(cfg, run_dir, logger, cache)
+    if cfg.eval.server.enabled:
+        raise ConfigError(
+            "eval.server: a training evaluates its own checkpoints in process; to evaluate them through a "
+            f"model server, train with eval.mode=async and run `python -m eval.watch {cfg.run_dir}`"
+        )
+    preference_beta = cfg.stage.beta if cfg.stage.method is StageMethod.dpo else None
+    return Evaluation(cfg, run_dir, logger, cache, preference_beta)
 
 
 def _write_parameters(run_dir: RunDir, model: torch.nn.Module, cfg: TrainerConfig, partitioned: bool) -> None:

@@ -11,14 +11,21 @@ from typing import Any
 from data_builders.checks import is_list_of, is_number, is_string
 from data_builders.errors import DataErrors
 from data_builders.files import read_json_object
-from data_builders.sources.captions import Caption, CaptionedVideo, clean_sentence, segment_problem
+from data_builders.sources.captions import (
+    Caption,
+    CaptionedVideo,
+    clean_sentence,
+    segment_problem,
+    within_video,
+)
 
 
 def load_activitynet_captions(path: str | Path) -> tuple[list[CaptionedVideo], list[str]]:
     """Read an ActivityNet Captions JSON file.
 
     A malformed file or entry raises; a bad segment (negative, reversed, empty, beyond the duration,
-    empty sentence) is quarantined with its reason, and the rest of the video is kept.
+    empty sentence) is quarantined with its reason, and the rest of the video is kept. A caption's
+    ``ref`` is ``{"caption": i}``, its position in ``timestamps`` and ``sentences``.
 
     Returns:
         ``(videos, quarantined)``; each quarantine reason names the video key and segment index.
@@ -47,7 +54,8 @@ def _captioned_video(key: str, entry: dict[str, Any]) -> tuple[CaptionedVideo, l
         if reason:
             quarantined.append(f"{key}[{i}]: {reason}")
         else:
-            captions.append(Caption(key, i, float(start), float(end), clean_sentence(sentence)))
+            start, end = within_video(float(start), float(end), duration)
+            captions.append(Caption(key, i, start, end, clean_sentence(sentence), ref={"caption": i}))
     return CaptionedVideo(key, duration, captions), quarantined
 
 

@@ -6,7 +6,12 @@ captions by the same rules.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+# Annotation times carry float noise (a last segment ending at 70.29 in a video of 70.28999999999999 s);
+# a segment edge this close outside the video is noise, not an error (as the OVIBench row check allows).
+TIME_TOLERANCE_S = 1e-3
 
 
 @dataclass(frozen=True)
@@ -15,6 +20,9 @@ class Caption:
 
     ``question`` is set when the source pairs the sentence with its own question (MovieChat's
     breakpoint QA: the sentence is then the answer); otherwise questions are made from templates.
+    ``ref`` is the source's own id of the annotation, under the source's field names (``{"qid": 2579,
+    "window": 0}`` for QVHighlights, ``{"id": 3}`` for YouCook2, ``{"caption": 2}`` for ActivityNet,
+    ``{"breakpoint": 4}`` for MovieChat, ``{"event": 1}`` for UCF-Crime): rows carry it as provenance.
     """
 
     key: str
@@ -23,6 +31,7 @@ class Caption:
     end: float
     sentence: str
     question: str | None = None
+    ref: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -46,16 +55,25 @@ class CaptionedVideo:
 
 
 def segment_problem(start: float, end: float, sentence: str, duration: float) -> str | None:
-    """Why a segment cannot be used (negative, empty or reversed, beyond the video, no text), or None."""
-    if start < 0:
+    """Why a segment cannot be used (negative, empty or reversed, beyond the video, no text), or None.
+
+    An edge less than :data:`TIME_TOLERANCE_S` outside the video is float noise and passes
+    (:func:`within_video` then moves it onto the video's edge).
+    """
+    if start < -TIME_TOLERANCE_S:
         return f"negative start {start}"
     if end <= start:
         return f"empty or reversed segment [{start}, {end}]"
-    if end > duration:
+    if end > duration + TIME_TOLERANCE_S:
         return f"segment end {end} beyond the duration {duration}"
     if not sentence.strip():
         return "empty sentence"
     return None
+
+
+def within_video(start: float, end: float, duration: float) -> tuple[float, float]:
+    """A usable segment (see :func:`segment_problem`) with its float noise at the video's edges removed."""
+    return max(start, 0.0), min(end, duration)
 
 
 def clean_sentence(sentence: str) -> str:

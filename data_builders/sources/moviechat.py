@@ -18,7 +18,13 @@ from typing import Any
 from data_builders.checks import is_number, is_string
 from data_builders.errors import DataError, DataErrors, SettingError
 from data_builders.files import read_json_object
-from data_builders.sources.captions import Caption, CaptionedVideo, clean_sentence, segment_problem
+from data_builders.sources.captions import (
+    Caption,
+    CaptionedVideo,
+    clean_sentence,
+    segment_problem,
+    within_video,
+)
 from data_builders.sources.videos import VideoFinder
 
 
@@ -29,7 +35,8 @@ def load_moviechat(
 
     Each breakpoint at time ``t`` (seconds) becomes a caption over ``[max(0, t - window_s), t]`` whose
     sentence is the answer and whose ``question`` is the breakpoint's question, so the question
-    arrives at ``t`` with the last ``window_s`` seconds as its evidence. A breakpoint at a negative time,
+    arrives at ``t`` with the last ``window_s`` seconds as its evidence; its ``ref`` is ``{"breakpoint": i}``,
+    its position in ``breakpoint``. A breakpoint at a negative time,
     at 0, past the end, or with an empty question or answer is quarantined with its reason.
 
     Args:
@@ -96,7 +103,9 @@ def _captioned_video(
         if reason:
             quarantined.append(f"{key}[{i}]: breakpoint at frame {point['time']} ({t} s): {reason}")
         else:
-            captions.append(Caption(key, i, start, t, clean_sentence(answer), question=question))
+            start, end = within_video(start, t, duration)
+            ref = {"breakpoint": i}
+            captions.append(Caption(key, i, start, end, clean_sentence(answer), question=question, ref=ref))
     video_path = info["video_path"]
     candidates = [video_path] if not Path(video_path).is_absolute() else []
     video_file = finder.find(key, *candidates, Path(video_path).name)

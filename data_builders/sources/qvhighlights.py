@@ -19,7 +19,13 @@ from typing import Any
 from data_builders.checks import is_list_of, is_number, is_string
 from data_builders.errors import DataErrors
 from data_builders.files import read_jsonl
-from data_builders.sources.captions import Caption, CaptionedVideo, clean_sentence, segment_problem
+from data_builders.sources.captions import (
+    Caption,
+    CaptionedVideo,
+    clean_sentence,
+    segment_problem,
+    within_video,
+)
 from data_builders.sources.videos import VideoFinder
 
 
@@ -69,7 +75,8 @@ def _captions(vid: str, lines: list[tuple[int, dict[str, Any]]], quarantined: li
     """One caption per relevant window (the whole clip on the test split), numbered across the vid's lines.
 
     Quarantined windows keep their number, so a caption's index (and the item ids built from it) does
-    not shift when another window is fixed.
+    not shift when another window is fixed. A caption's ``ref`` is its query's ``qid`` and the window's
+    position in ``relevant_windows``: ``{"qid": 2579, "window": 0}``.
     """
     captions, index = [], 0
     for number, row in lines:
@@ -77,12 +84,14 @@ def _captions(vid: str, lines: list[tuple[int, dict[str, Any]]], quarantined: li
         windows = row.get("relevant_windows", [[0, duration]])
         if not windows:
             quarantined.append(f"{vid} (row {number}, qid {row['qid']}): no relevant window")
-        for start, end in windows:
+        for window, (start, end) in enumerate(windows):
             reason = segment_problem(float(start), float(end), row["query"], duration)
             if reason:
                 quarantined.append(f"{vid} (row {number}, qid {row['qid']})[{index}]: {reason}")
             else:
-                captions.append(Caption(vid, index, float(start), float(end), clean_sentence(row["query"])))
+                start, end = within_video(float(start), float(end), duration)
+                ref = {"qid": row["qid"], "window": window}
+                captions.append(Caption(vid, index, start, end, clean_sentence(row["query"]), ref=ref))
             index += 1
     return captions
 

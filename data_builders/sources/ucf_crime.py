@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data_builders.errors import DataError, DataErrors, DecodeError
-from data_builders.sources.captions import Caption, CaptionedVideo, segment_problem
+from data_builders.sources.captions import Caption, CaptionedVideo, segment_problem, within_video
 from data_builders.sources.videos import VideoFinder, probe_video
 
 FIELDS = ("name", "class", "start1", "end1", "start2", "end2")
@@ -49,7 +49,8 @@ def load_ucf_crime(
 
     Each event becomes the caption "an anomaly of type <class> happens" (``RoadAccidents`` reads
     "road accidents"); a Normal video, which has ``-1`` everywhere, becomes one whole-video caption
-    "normal activity". Quarantined with their reason: a video that cannot be found or read (its frame
+    "normal activity"; a caption's ``ref`` is ``{"event": i}``, the event's place on the line (0 or 1).
+    Quarantined with their reason: a video that cannot be found or read (its frame
     rate is unknown), an event with only one of its two frame numbers, an event that is negative,
     reversed or past the video's end, events on a Normal video, and an anomalous video without events.
 
@@ -104,7 +105,7 @@ def _captions(line: _Line, fps: float, duration: float) -> tuple[list[Caption], 
         reasons = [
             f"[{i}]: a Normal video has no anomalous event, got frames [{s}, {e}]" for i, s, e in present
         ]
-        return [Caption(line.key, 0, 0.0, duration, NORMAL_SENTENCE)], reasons
+        return [Caption(line.key, 0, 0.0, duration, NORMAL_SENTENCE, ref={"event": 0})], reasons
     if not present:
         return [], [f": no anomalous event for class {line.label}"]
     sentence = f"an anomaly of type {_words(line.label)} happens"
@@ -118,7 +119,8 @@ def _captions(line: _Line, fps: float, duration: float) -> tuple[list[Caption], 
         if reason:
             reasons.append(f"[{i}]: frames [{s}, {e}] at {fps:g} fps: {reason}")
         else:
-            captions.append(Caption(line.key, i, start, end, sentence))
+            start, end = within_video(start, end, duration)
+            captions.append(Caption(line.key, i, start, end, sentence, ref={"event": i}))
     return captions, reasons
 
 

@@ -17,14 +17,21 @@ from typing import Any
 from data_builders.checks import is_list_of, is_number, is_string
 from data_builders.errors import DataError, DataErrors, SettingError
 from data_builders.files import read_json_object
-from data_builders.sources.captions import Caption, CaptionedVideo, clean_sentence, segment_problem
+from data_builders.sources.captions import (
+    Caption,
+    CaptionedVideo,
+    clean_sentence,
+    segment_problem,
+    within_video,
+)
 from data_builders.sources.videos import VideoFinder
 
 
 def load_youcook2(
     path: str | Path, videos_dir: str | Path | None = None, *, subset: str | Sequence[str] | None = None
 ) -> tuple[list[CaptionedVideo], list[str]]:
-    """Read YouCook2 annotations into captioned videos (keyed by YouTube id; caption index = annotation id).
+    """Read YouCook2 annotations into captioned videos (keyed by YouTube id; caption index = annotation id,
+    and ``ref`` ``{"id": <annotation id>}``).
 
     Every entry is checked, also those the subset filter leaves out, so one run reports all of a
     file's problems. A bad segment (negative, reversed, beyond the duration) or an empty sentence is
@@ -62,7 +69,9 @@ def load_youcook2(
             if reason:
                 quarantined.append(f"{vid}[{note['id']}]: {reason}")
             else:
-                captions.append(Caption(vid, note["id"], start, end, clean_sentence(sentence)))
+                start, end = within_video(start, end, duration)
+                ref = {"id": note["id"]}
+                captions.append(Caption(vid, note["id"], start, end, clean_sentence(sentence), ref=ref))
         layout = f"{entry['subset']}/{entry['recipe_type']}/{vid}.mp4"
         videos.append(CaptionedVideo(vid, duration, captions, finder.find(vid, layout)))
     return videos, quarantined

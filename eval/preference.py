@@ -1,0 +1,174 @@
+"""Held-out preference metrics of a DPO run: how often each model prefers the right reaction to an
+interruption over a wrong one (open form), or the right answer letter over a wrong one (MCQ form), on pairs
+made from the OVIBench of ``eval.ovi_root`` (never trained on).
+
+For every model the run evaluates (the baseline, i.e. the starting model, then each checkpoint), each
+pair's chosen and rejected completion log-probabilities are stored in ``eval/<model>/ovi_pairs.jsonl``.
+From them, overall, per interruption type and per form:
+
+- ``accuracy``: share of pairs whose chosen reaction is more likely than the rejected one;
+- ``reward_accuracy`` and ``margin`` (checkpoints): DPO's implicit reward, beta x the log-ratio to the
+  reference; the reference is the starting model, whose log-probabilities are the baseline's, so the
+  margin is ``beta x ((chosen - chosen_ref) - (rejected - rejected_ref))`` and reward accuracy the share of
+  pairs where it is positive;
+- ``delta``: the checkpoint's accuracy minus the baseline's with a paired bootstrap 95% interval (pairs
+  resampled jointly for both models).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from core.config import RunConfig
+from core.rundir import RunDir
+from data_builders.errors import ConfigError
+from data_builders.files import JsonlStore
+from data_builders.media import FrameCache, check_media
+from data_builders.ovi_format import FORMATS, OVI_TYPES, load_ovibench
+from data_builders.preferences import PreferencePair, pairs_from_samples
+from eval.stats import paired_bootstrap
+from models.chat import VideoChatAdapter
+from models.pairs import completion_logps, pair_batch
+
+PAIRS_RESULTS = "ovi_pairs"  # eval/<model>/ovi_pairs.jsonl
+
+
+class PreferenceScoring:
+    """The held-out pairs of a run, scored on each model; the summary's ``preference`` entry.
+
+    Raises:
+        ConfigError: ``eval.ovi_root`` is unset.
+    """
+
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, cache: FrameCache, beta: float, follow_on: bool):
+        if not cfg.eval.ovi_root:
+            raise ConfigError("stage.method=dpo scores held-out pairs from eval.ovi_root: set it")
+        samples, _ = check_media(  # what does not decode is in the ovi benchmark's quarantine already
+            load_ovibench(cfg.eval.ovi_root), cfg.media, cache, desc="ovi pairs", follow_on=follow_on
+        )
+        # Every item's pairs, whatever eval.limit (which bounds generation): scoring a pair is two forwards.
+        self.pairs = pairs_from_samples(samples, cfg.eval.ovi_root).pairs
+        self.run_dir, self.beta = run_dir, beta
+        self.batch_size = max(1, cfg.eval.batch_size // 2)  # each pair is two rows
+        self.n_resamples = cfg.eval.bootstrap_resamples
+
+    def score(self, model, chat: VideoChatAdapter, name: str, main: bool) -> None:
+        """Score the pairs not yet stored for ``name``. Every rank runs the forwards (ZeRO-3 gathers
+        weights collectively); ``main`` alone writes."""
+        store = JsonlStore(self.run_dir.results_file(name, PAIRS_RESULTS))
+        done = store.read()
+        todo = [pair for pair in self.pairs if pair.id not in done]
+        for start in range(0, len(todo), self.batch_size):
+            chunk = todo[start : start + self.batch_size]
+            chosen, rejected = completion_logps(model, pair_batch(chat, chunk)).chunk(2)
+            if main:
+                store.append(_record(p, c, r) for p, c, r in zip(chunk, chosen, rejected, strict=True))
+
+    def summary(self, names: list[str]) -> dict[str, Any]:
+        """Metrics of every model in ``names`` (the baseline first) on the pairs all of them have scored."""
+        stored = {name: JsonlStore(self.run_dir.results_file(name, PAIRS_RESULTS)).read() for name in names}
+        ids = [p.id for p in self.pairs if all(p.id in records for records in stored.values())]
+        base, *checkpoints = names
+        summary: dict[str, Any] = {"beta": self.beta, "n_pairs": len(ids), "models": {}}
+        for name in names:
+            summary["models"][name] = preference_metrics(
+                [stored[name][i] for i in ids],
+                [stored[base][i] for i in ids],
+                self.beta,
+                self.n_resamples,
+                is_baseline=name == base,
+            )
+        summary["baseline"], summary["checkpoints"] = base, checkpoints
+        return summary
+
+
+def _record(pair: PreferencePair, chosen, rejected) -> dict[str, Any]:
+    return {
+        "id": pair.id,
+        "type": pair.interruption_type,
+        "form": pair.sample.meta["format"],
+        "error": pair.error,
+        "chosen_logp": float(chosen),
+        "rejected_logp": float(rejected),
+    }
+
+
+def preference_metrics(
+    records: list[dict], reference: list[dict], beta: float, n_resamples: int, *, is_baseline: bool
+) -> dict[str, Any]:
+    """Accuracy (and, against ``reference``, reward accuracy, margin and the accuracy delta with its paired
+    95% interval) overall and per interruption type; ``records`` and ``reference`` in the same pair order."""
+    groups = {"overall": list(range(len(records)))}
+    for kind in OVI_TYPES:
+        groups[kind] = [i for i, r in enumerate(records) if r["type"] == kind]
+    for form in FORMATS:  # open: the reaction itself; mcq: the answer letter and type
+        groups[f"{form} form"] = [i for i, r in enumerate(records) if r.get("form") == form]
+    metrics = {}
+    for group, index in groups.items():
+        if not index:
+            continue
+        mine = [records[i] for i in index]
+        entry: dict[str, Any] = {"n": len(index), "accuracy": float(np.mean(_correct(mine)))}
+        if not is_baseline:
+            ref = [reference[i] for i in index]
+            margins = [
+                beta * ((m["chosen_logp"] - r["chosen_logp"]) - (m["rejected_logp"] - r["rejected_logp"]))
+                for m, r in zip(mine, ref, strict=True)
+            ]
+            entry["reward_accuracy"] = float(np.mean([m > 0 for m in margins]))
+            entry["margin"] = float(np.mean(margins))
+            entry["delta"] = paired_bootstrap(_correct(ref), _correct(mine), n_resamples=n_resamples)
+        metrics[group] = entry
+    return metrics
+
+
+def _correct(records: list[dict]) -> list[float]:
+    return [float(r["chosen_logp"] > r["rejected_logp"]) for r in records]
+
+
+def preference_values(summary: dict[str, Any], name: str) -> dict[str, float]:
+    """One model's preference metrics as flat scalars for the metric logger (``ovi_pairs/...``)."""
+    values = {}
+    for group, entry in summary["models"].get(name, {}).items():
+        prefix = f"{PAIRS_RESULTS}/{group.lower().replace(' ', '_')}"
+        values[f"{prefix}/accuracy"] = entry["accuracy"]
+        for key in ("reward_accuracy", "margin"):
+            if key in entry:
+                values[f"{prefix}/{key}"] = entry[key]
+        if "delta" in entry:
+            values[f"{prefix}/accuracy/delta"] = entry["delta"]["delta"]
+    return values
+
+
+def preference_section(summary: dict[str, Any]) -> list[str]:
+    """The report's lines on held-out preference pairs (none when the run has no such entry)."""
+    entry = summary.get("preference")
+    if not entry or not entry["models"]:
+        return []
+    lines = [
+        "## Held-out preference pairs (OVIBench)",
+        "",
+        f"{entry['n_pairs']} pairs (right reaction vs a wrong one) from the evaluation OVIBench; accuracy: "
+        f"chosen more likely than rejected; reward accuracy and margin: DPO's implicit reward (beta "
+        f"{entry['beta']}) against the baseline, the starting model; delta: accuracy vs the baseline, paired "
+        "bootstrap 95% interval.",
+        "",
+        "| model | group | n | accuracy | reward acc. | margin | delta [95% CI] |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, groups in entry["models"].items():
+        for group, m in groups.items():
+            reward = f"{m['reward_accuracy']:.1%}" if "reward_accuracy" in m else "–"
+            margin = f"{m['margin']:+.3f}" if "margin" in m else "–"
+            delta = m.get("delta")
+            ci = (
+                f"{100 * delta['delta']:+.1f} [{100 * delta['ci_low']:+.1f}, {100 * delta['ci_high']:+.1f}]"
+                if delta
+                else "–"
+            )
+            lines.append(
+                f"| {name} | {group} | {m['n']} | {m['accuracy']:.1%} | {reward} | {margin} | {ci} |"
+            )
+    return [*lines, ""]

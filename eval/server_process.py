@@ -1,0 +1,95 @@
+"""A model server started for an evaluation and stopped after it: ``eval.server.command`` on a free port.
+
+The command is a template (``{model}``: the weights directory, ``{port}``), run in its own process group so
+that stopping it stops whatever it spawned (vLLM's engine processes). Its output goes to a log file, which
+a failed start quotes. The server is ready when ``GET /health`` answers 200 (vLLM, SGLang and
+``transformers serve`` all have it).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from data_builders.errors import SettingError
+
+_LOG_TAIL = 2000  # characters of the server's log quoted when it fails to start
+_STOP_GRACE_S = 15.0
+
+
+class ServerError(SettingError):
+    """The server did not start, or died: the message quotes its log."""
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def launched_server(command: str, model: str | Path, log: Path, startup_timeout_s: float) -> Iterator[str]:
+    """Run ``command`` for ``model`` until the block ends; yields the server's ``/v1`` base URL.
+
+    Raises:
+        ServerError: the process exited, or /health did not answer within ``startup_timeout_s``.
+    """
+    port = free_port()
+    # Plain replacement, not str.format: a command may hold JSON braces (vLLM's --media-io-kwargs).
+    argv = shlex.split(command.replace("{model}", shlex.quote(str(model))).replace("{port}", str(port)))
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        _wait_healthy(process, f"http://127.0.0.1:{port}", log, startup_timeout_s)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        stop(process)
+
+
+def _wait_healthy(process: subprocess.Popen, root: str, log: Path, timeout_s: float) -> None:
+    local = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1: never via a proxy
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ServerError(f"the model server exited with code {process.returncode}:\n{_tail(log)}")
+        try:
+            with local.open(f"{root}/health", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.5)
+    raise ServerError(f"the model server gave no /health within {timeout_s:.0f} s:\n{_tail(log)}")
+
+
+def stop(process: subprocess.Popen) -> None:
+    """SIGTERM the server's process group; SIGKILL it if it has not exited after a grace period."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=_STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    except ProcessLookupError:  # it exited between the poll and the signal
+        pass
+
+
+def _tail(log: Path) -> str:
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return text[-_LOG_TAIL:]
