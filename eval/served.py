@@ -226,10 +226,9 @@ def served_weights(cfg: ModelConfig, checkpoint: Path | None, processor, out_roo
             base, _ = load_base(cfg, device="cpu")
             merged = CheckpointModels(base, cfg, "cpu").load(checkpoint).merge_and_unload()
             merged.save_pretrained(tmp)
-        else:  # the training saved weights and config; the server also needs the processor
-            tmp.mkdir(parents=True)
-            for file in checkpoint.iterdir():
-                if file.is_file():
-                    (tmp / file.name).symlink_to(file.resolve())
         processor.save_pretrained(tmp)
+        if not is_adapter(checkpoint):  # the training saved weights and config: linked, never written through
+            for file in checkpoint.iterdir():
+                if file.is_file() and not (tmp / file.name).exists():
+                    (tmp / file.name).symlink_to(file.resolve())
     return out

@@ -386,3 +386,23 @@ def test_a_simulation_is_two_requests_cut_at_the_interruption(
         }
         assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "user"]
         assert first["chat_template_kwargs"] == {"num_frames": None, "do_sample_frames": False}
+
+
+def test_a_full_checkpoint_is_served_from_links_beside_the_processor(tiny_checkpoint, tmp_path):
+    """The training's files are linked, never written through: the processor's own files are new."""
+    from core.config import ModelConfig
+    from eval.served import served_weights
+    from models.loading import load_processor
+
+    checkpoint = tmp_path / "run" / "checkpoints" / "checkpoint-7"
+    checkpoint.mkdir(parents=True)
+    for name, text in (("config.json", "{}"), ("model.safetensors", "weights"), ("tokenizer.json", "old")):
+        (checkpoint / name).write_text(text)
+    cfg = ModelConfig(name_or_path=str(tiny_checkpoint))
+    out = served_weights(cfg, checkpoint, load_processor(cfg), tmp_path / "served")
+
+    assert out == tmp_path / "served" / "checkpoint-7"
+    assert (out / "model.safetensors").resolve() == (checkpoint / "model.safetensors").resolve()
+    assert (out / "chat_template.jinja").is_file() and not (out / "tokenizer.json").is_symlink()
+    assert (checkpoint / "tokenizer.json").read_text() == "old"
+    assert served_weights(cfg, None, None, tmp_path / "served") == tiny_checkpoint
