@@ -42,7 +42,7 @@ from data_builders.text_models import EndpointTextModel, TextModelConfig
 from eval.ovi_simulation import interruption_cut
 from eval.server_process import launched_server
 from models.chat import VideoChatAdapter
-from models.loading import CheckpointModels, is_adapter, load_base
+from models.loading import is_adapter, save_merged
 
 ENGINE = "served"
 # transformers serve samples 32 frames from any video unless told otherwise; our frames are already sampled.
@@ -221,14 +221,12 @@ def served_weights(cfg: ModelConfig, checkpoint: Path | None, processor, out_roo
     out = out_root / checkpoint.name
     if (out / "config.json").exists():
         return out
-    with atomic_dir(out) as tmp:
-        if is_adapter(checkpoint):
-            base, _ = load_base(cfg, device="cpu")
-            merged = CheckpointModels(base, cfg, "cpu").load(checkpoint).merge_and_unload()
-            merged.save_pretrained(tmp)
+    if is_adapter(checkpoint):
+        save_merged(cfg, checkpoint, out)
+        return out
+    with atomic_dir(out) as tmp:  # the training saved weights and config; the server also needs the processor
         processor.save_pretrained(tmp)
-        if not is_adapter(checkpoint):  # the training saved weights and config: linked, never written through
-            for file in checkpoint.iterdir():
-                if file.is_file() and not (tmp / file.name).exists():
-                    (tmp / file.name).symlink_to(file.resolve())
+        for file in checkpoint.iterdir():  # linked beside it, never written through
+            if file.is_file() and not (tmp / file.name).exists():
+                (tmp / file.name).symlink_to(file.resolve())
     return out

@@ -177,6 +177,20 @@ def is_adapter(checkpoint: Path) -> bool:
     return (Path(checkpoint) / "adapter_config.json").exists()
 
 
+def save_merged(cfg: ModelConfig, adapter: Path, out: Path) -> None:
+    """The LoRA checkpoint ``adapter`` merged into its base (``cfg``), saved at ``out`` with the base's
+    processor and chat template: a whole checkpoint any loader or server takes. Written atomically."""
+    from peft import PeftModel
+
+    from data_builders.files import atomic_dir
+
+    model, processor = load_model(cfg)
+    merged = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    with atomic_dir(out) as tmp:
+        merged.save_pretrained(tmp)
+        processor.save_pretrained(tmp)
+
+
 def default_device() -> str:
     """Where evaluation runs when not told: the GPU when there is one."""
     return "cuda" if torch.cuda.is_available() else "cpu"

@@ -24,12 +24,11 @@ from trl import DPOTrainer
 from core.config import StageConfig, TrainConfig, TrainerConfig
 from core.rundir import RunDir
 from data_builders.errors import ConfigError, DataError
-from data_builders.files import atomic_dir
 from data_builders.media import FrameCache, check_media
 from data_builders.ovi_format import FORMATS
 from data_builders.preferences import PreferencePair, load_pairs
 from models.chat import VideoChatAdapter
-from models.loading import build_if_tiny, is_adapter, load_model
+from models.loading import is_adapter, load_model, save_merged
 from models.pairs import pair_batch
 from train.trainer import RecipeTrainer
 
@@ -57,19 +56,8 @@ def resolve_start(cfg: TrainConfig, run_dir: RunDir) -> None:
     run_dir.path.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{merged}.lock"):
         if not (merged / "config.json").exists():
-            _merge_adapter(cfg, Path(start), merged)
+            save_merged(cfg.model, Path(start), merged)
     cfg.model.name_or_path, cfg.model.tiny = str(merged), False
-
-
-def _merge_adapter(cfg: TrainConfig, adapter: Path, out: Path) -> None:
-    from peft import PeftModel
-
-    build_if_tiny(cfg.model)
-    model, processor = load_model(cfg.model)
-    model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
-    with atomic_dir(out) as tmp:
-        model.save_pretrained(tmp)
-        processor.save_pretrained(tmp)
 
 
 def dpo_arguments(stage: StageConfig, trainer: TrainerConfig) -> tuple[type, dict]:
