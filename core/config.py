@@ -135,6 +135,7 @@ class StageMethod(Choice):
 
     sft = "sft"  # supervised fine-tuning on data.train's samples
     dpo = "dpo"  # DPO (TRL's DPOTrainer) on preference pairs made from data.train's OVI samples
+    kto = "kto"  # KTO (TRL's KTOTrainer) on the same pairs unpaired: right and wrong reactions, labelled
 
 
 @dataclass
@@ -143,16 +144,17 @@ class StageConfig:
     reaction to an interruption over each wrong one) made from data.train's OVI samples, or read from pair
     datasets (``builder=preference``); the reference is the starting model (LoRA: the adapter switched off),
     and the held-out pairs of eval.ovi_root are scored on the baseline and every checkpoint (train/dpo.py).
-    ``data.weights`` does not apply: every pair of data.train is used."""
+    ``kto`` trains on the same pairs unpaired (train/kto.py), with the same reference and held-out pairs.
+    ``data.weights`` mixes the pair datasets of data.train as it mixes SFT datasets."""
 
     method: StageMethod = StageMethod.sft
-    # dpo: an SFT run's checkpoint to start from (a LoRA adapter is merged into model.name_or_path once, under
-    # <run_dir>/start_model; a full checkpoint is used as it is); it is then the run's base and baseline.
-    # null: the base itself.
+    # dpo, kto: an SFT run's checkpoint to start from (a LoRA adapter is merged into model.name_or_path once,
+    # under <run_dir>/start_model; a full checkpoint is used as it is); it is then the run's base and
+    # baseline. null: the base itself.
     start_from: str | None = None
-    beta: float = 0.1  # DPO's beta: how far the policy may move from the reference
-    # TRL's DPOConfig.loss_type values, summed: [sigmoid] is DPO, [ipo] IPO, [sigmoid, sft] adds the chosen
-    # reaction's NLL (RPO)
+    beta: float = 0.1  # DPO's and KTO's beta: how far the policy may move from the reference
+    # dpo: TRL's DPOConfig.loss_type values, summed: [sigmoid] is DPO, [ipo] IPO, [sigmoid, sft] adds the
+    # chosen reaction's NLL (RPO)
     loss_type: list[str] = field(default_factory=lambda: ["sigmoid"])
     # which pairs train (held-out metrics report both): open (the reaction itself) and/or mcq (the answer
     # letter and type over a wrong option's, which keeps the MCQ answer format trained)
@@ -234,6 +236,10 @@ class EvalConfig:
     results_cache: str | None = None
     diagnostics_seed: int = 0  # v2p_shuffled: which video each question is paired with
     server: ServerConfig = field(default_factory=ServerConfig)  # null command and base_url: in-process
+    # Also score held-out preference pairs made from ovi_root's OVIBench (the right reaction over each wrong
+    # one: accuracy per interruption type and form, deltas vs the baseline; eval/preference.py). A preference
+    # training (stage.method dpo or kto) scores them whatever this says.
+    preference_pairs: bool = False
 
 
 @dataclass

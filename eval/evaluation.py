@@ -34,7 +34,7 @@ from eval.generation import Generation, InProcess, current_records
 from eval.headline import headline
 from eval.judging import Judging, judge_summary, make_judge
 from eval.outputs import log_model, write_summary
-from eval.preference import PreferenceScoring, preference_values
+from eval.preference import NOT_SERVED, PreferenceScoring, preference_beta, preference_values, scores_pairs
 from eval.results_cache import ResultsCache, Weights, item_fingerprint
 from eval.scored import scored_record
 from eval.served import ENGINE, ServedModel
@@ -87,18 +87,12 @@ class Evaluation:
         run_dir: where results, summary and report go.
         logger: metrics.jsonl and W&B (the null logger on ranks other than 0).
         cache: the frame cache shared with training.
-        preference_beta: a DPO run's beta: also score held-out preference pairs (eval.preference) on every
-            model; None: no pairs.
+
+    A preference training, or a run with ``eval.preference_pairs``, also scores held-out preference pairs
+    on every model (eval.preference), in process only.
     """
 
-    def __init__(
-        self,
-        cfg: RunConfig,
-        run_dir: RunDir,
-        logger: MetricLogger,
-        cache: FrameCache,
-        preference_beta: float | None = None,
-    ):
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, logger: MetricLogger, cache: FrameCache):
         self.cfg, self.run_dir, self.logger = cfg, run_dir, logger
         self.judge = make_judge(cfg.judge, run_dir.path)  # built once: its cache is read once
         self.judging = Judging(self.judge, cfg.judge)
@@ -113,8 +107,8 @@ class Evaluation:
         follow_on = follows_on(cfg.model.family)
         self.suites = load_suites(cfg.eval, cfg.media, cache, run_dir, common, follow_on=follow_on)
         self.preference = None
-        if preference_beta is not None:
-            self.preference = PreferenceScoring(cfg, run_dir, cache, preference_beta, follow_on)
+        if scores_pairs(cfg) and not cfg.eval.server.enabled:
+            self.preference = PreferenceScoring(cfg, run_dir, cache, preference_beta(cfg), follow_on)
 
     # -- evaluating a model --------------------------------------------------------------------------
 
@@ -150,7 +144,7 @@ class Evaluation:
                 records = generation.run(predictor, results, self.results_cache, key, desc=f"eval {desc}")
                 if main:
                     self._judge(suite.bench, list(records.values()), results, desc=f"judge {desc}")
-            if self.preference and not served:  # pairs are scored in process (a training's model)
+            if self.preference:
                 self.preference.score(model, chat, name, main)
         finally:
             if not served:
@@ -230,6 +224,8 @@ class Evaluation:
         }
         if self.preference:
             extra["preference"] = self.preference.summary([name for name, _ in models])
+        elif scores_pairs(self.cfg):  # asked for, but served
+            extra["preference"] = {"not_scored": NOT_SERVED}
         derived = {b: s.info for b, s in self.suites.items() if s.bench.source}
         if derived:
             extra["diagnostics"] = summary_entry(derived, scored, self.cfg.media)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from data_builders.ovi_format import OVI_TYPES
 from eval.benchmarks import BENCHMARKS
+from eval.preference import delta_points
 from eval.summary import is_graded
 
 
@@ -27,7 +29,29 @@ def headline(summary: dict) -> str:
             lines.append(f"  {bench} protocol: {entry['protocol']}")
         for why in entry.get("not_comparable", {}).values():
             lines.append(f"  {bench} NOT COMPARABLE: {why}")
+    lines += _preference_lines(summary.get("preference"), first, last)
     return "\n".join(lines)
+
+
+def _preference_lines(entry: dict | None, first: str, last: str | None) -> list[str]:
+    """Held-out preference accuracy (eval.preference), overall then per interruption type."""
+    if not entry:
+        return []
+    if "not_scored" in entry:
+        return [f"  preference pairs: not scored ({entry['not_scored']})"]
+    base, point = entry["models"].get(first), entry["models"].get(last) if last else None
+    if not base:
+        return []
+    lines = []
+    for group in ("overall", *OVI_TYPES):
+        if group not in base:
+            continue
+        shown = f"{100 * base[group]['accuracy']:.1f}%"
+        if point and group in point:
+            mine = point[group]
+            shown += f" -> {100 * mine['accuracy']:.1f}%  delta {delta_points(mine['delta'])} (95% CI)"
+        lines.append(f"  preference pairs {group}: {shown} (n={base[group]['n']})")
+    return lines
 
 
 def _line(metric: str, values: dict[str, Any], last: str | None) -> str:

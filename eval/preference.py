@@ -1,18 +1,22 @@
-"""Held-out preference metrics of a DPO run: how often each model prefers the right reaction to an
-interruption over a wrong one (open form), or the right answer letter over a wrong one (MCQ form), on pairs
-made from the OVIBench of ``eval.ovi_root`` (never trained on).
+"""Held-out preference metrics: how often each model prefers the right reaction to an interruption over a
+wrong one (open form), or the right answer letter over a wrong one (MCQ form), on pairs made from the
+OVIBench of ``eval.ovi_root`` (never trained on). A preference training (``stage.method`` dpo or kto)
+always scores them; any other run, or ``python -m eval``, when ``eval.preference_pairs`` is set.
 
 For every model the run evaluates (the baseline, i.e. the starting model, then each checkpoint), each
 pair's chosen and rejected completion log-probabilities are stored in ``eval/<model>/ovi_pairs.jsonl``.
 From them, overall, per interruption type and per form:
 
 - ``accuracy``: share of pairs whose chosen reaction is more likely than the rejected one;
-- ``reward_accuracy`` and ``margin`` (checkpoints): DPO's implicit reward, beta x the log-ratio to the
-  reference; the reference is the starting model, whose log-probabilities are the baseline's, so the
-  margin is ``beta x ((chosen - chosen_ref) - (rejected - rejected_ref))`` and reward accuracy the share of
-  pairs where it is positive;
-- ``delta``: the checkpoint's accuracy minus the baseline's with a paired bootstrap 95% interval (pairs
-  resampled jointly for both models).
+- ``delta``: a checkpoint's accuracy minus the baseline's with a paired bootstrap 95% interval (pairs
+  resampled jointly for both models);
+- ``reward_accuracy`` and ``margin`` (checkpoints of a preference training): the implicit reward, beta x
+  the log-ratio to the reference; the reference is the starting model, whose log-probabilities are the
+  baseline's, so the margin is ``beta x ((chosen - chosen_ref) - (rejected - rejected_ref))`` and reward
+  accuracy the share of pairs where it is positive.
+
+Pairs need each completion's log-probability from the model itself, so a model served through an
+OpenAI-compatible API (``eval.server``) is not scored; the summary says so.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from core.config import RunConfig
+from core.config import RunConfig, StageMethod, TrainConfig
 from core.rundir import RunDir
 from data_builders.errors import ConfigError
 from data_builders.files import JsonlStore
@@ -35,16 +39,39 @@ from models.pairs import completion_logps, pair_batch
 PAIRS_RESULTS = "ovi_pairs"  # eval/<model>/ovi_pairs.jsonl
 
 
+NOT_SERVED = (
+    "held-out preference pairs are not scored through a model server (eval.server): they need each "
+    "completion's log-probability from the model itself; evaluate in process to score them"
+)
+
+
+def preference_beta(cfg: RunConfig) -> float | None:
+    """The beta of the implicit reward when ``cfg`` is a preference training (its stage's), else None."""
+    if isinstance(cfg, TrainConfig) and cfg.stage.method is not StageMethod.sft:
+        return cfg.stage.beta
+    return None
+
+
+def scores_pairs(cfg: RunConfig) -> bool:
+    """Whether a run scores held-out pairs: a preference training always, any run when asked."""
+    return cfg.eval.preference_pairs or preference_beta(cfg) is not None
+
+
 class PreferenceScoring:
     """The held-out pairs of a run, scored on each model; the summary's ``preference`` entry.
+
+    Args:
+        beta: the implicit reward's beta (a preference training's); None: accuracy and its delta only.
 
     Raises:
         ConfigError: ``eval.ovi_root`` is unset.
     """
 
-    def __init__(self, cfg: RunConfig, run_dir: RunDir, cache: FrameCache, beta: float, follow_on: bool):
+    def __init__(
+        self, cfg: RunConfig, run_dir: RunDir, cache: FrameCache, beta: float | None, follow_on: bool
+    ):
         if not cfg.eval.ovi_root:
-            raise ConfigError("stage.method=dpo scores held-out pairs from eval.ovi_root: set it")
+            raise ConfigError("held-out preference pairs are made from eval.ovi_root: set it")
         samples, _ = check_media(  # what does not decode is in the ovi benchmark's quarantine already
             load_ovibench(cfg.eval.ovi_root), cfg.media, cache, desc="ovi pairs", follow_on=follow_on
         )
@@ -96,10 +123,11 @@ def _record(pair: PreferencePair, chosen, rejected) -> dict[str, Any]:
 
 
 def preference_metrics(
-    records: list[dict], reference: list[dict], beta: float, n_resamples: int, *, is_baseline: bool
+    records: list[dict], reference: list[dict], beta: float | None, n_resamples: int, *, is_baseline: bool
 ) -> dict[str, Any]:
-    """Accuracy (and, against ``reference``, reward accuracy, margin and the accuracy delta with its paired
-    95% interval) overall and per interruption type; ``records`` and ``reference`` in the same pair order."""
+    """Accuracy (and, against ``reference``, the accuracy delta with its paired 95% interval, and with a
+    ``beta`` reward accuracy and margin) overall, per interruption type and per form; ``records`` and
+    ``reference`` in the same pair order."""
     groups = {"overall": list(range(len(records)))}
     for kind in OVI_TYPES:
         groups[kind] = [i for i, r in enumerate(records) if r["type"] == kind]
@@ -111,15 +139,18 @@ def preference_metrics(
             continue
         mine = [records[i] for i in index]
         entry: dict[str, Any] = {"n": len(index), "accuracy": float(np.mean(_correct(mine)))}
-        if not is_baseline:
-            ref = [reference[i] for i in index]
+        if is_baseline:
+            metrics[group] = entry
+            continue
+        ref = [reference[i] for i in index]
+        entry["delta"] = paired_bootstrap(_correct(ref), _correct(mine), n_resamples=n_resamples)
+        if beta is not None:
             margins = [
                 beta * ((m["chosen_logp"] - r["chosen_logp"]) - (m["rejected_logp"] - r["rejected_logp"]))
                 for m, r in zip(mine, ref, strict=True)
             ]
             entry["reward_accuracy"] = float(np.mean([m > 0 for m in margins]))
             entry["margin"] = float(np.mean(margins))
-            entry["delta"] = paired_bootstrap(_correct(ref), _correct(mine), n_resamples=n_resamples)
         metrics[group] = entry
     return metrics
 
@@ -145,15 +176,22 @@ def preference_values(summary: dict[str, Any], name: str) -> dict[str, float]:
 def preference_section(summary: dict[str, Any]) -> list[str]:
     """The report's lines on held-out preference pairs (none when the run has no such entry)."""
     entry = summary.get("preference")
+    if entry and "not_scored" in entry:
+        return ["## Held-out preference pairs (OVIBench)", "", f"Not scored: {entry['not_scored']}.", ""]
     if not entry or not entry["models"]:
         return []
+    reward = (
+        f"reward accuracy and margin: the implicit reward (beta {entry['beta']}) against the baseline, the "
+        "starting model"
+        if entry["beta"] is not None
+        else "reward accuracy and margin: only for a preference training's checkpoints"
+    )
     lines = [
         "## Held-out preference pairs (OVIBench)",
         "",
         f"{entry['n_pairs']} pairs (right reaction vs a wrong one) from the evaluation OVIBench; accuracy: "
-        f"chosen more likely than rejected; reward accuracy and margin: DPO's implicit reward (beta "
-        f"{entry['beta']}) against the baseline, the starting model; delta: accuracy vs the baseline, paired "
-        "bootstrap 95% interval.",
+        f"chosen more likely than rejected; {reward}; delta: accuracy vs the baseline, paired bootstrap 95% "
+        "interval.",
         "",
         "| model | group | n | accuracy | reward acc. | margin | delta [95% CI] |",
         "|---|---|---|---|---|---|---|",
@@ -162,13 +200,13 @@ def preference_section(summary: dict[str, Any]) -> list[str]:
         for group, m in groups.items():
             reward = f"{m['reward_accuracy']:.1%}" if "reward_accuracy" in m else "–"
             margin = f"{m['margin']:+.3f}" if "margin" in m else "–"
-            delta = m.get("delta")
-            ci = (
-                f"{100 * delta['delta']:+.1f} [{100 * delta['ci_low']:+.1f}, {100 * delta['ci_high']:+.1f}]"
-                if delta
-                else "–"
-            )
+            ci = delta_points(m["delta"]) if "delta" in m else "–"
             lines.append(
                 f"| {name} | {group} | {m['n']} | {m['accuracy']:.1%} | {reward} | {margin} | {ci} |"
             )
     return [*lines, ""]
+
+
+def delta_points(delta: dict[str, float]) -> str:
+    """An accuracy delta and its 95% interval in points: ``+5.1 [+1.5, +8.9]``."""
+    return f"{100 * delta['delta']:+.1f} [{100 * delta['ci_low']:+.1f}, {100 * delta['ci_high']:+.1f}]"

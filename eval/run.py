@@ -12,6 +12,7 @@ from core.rundir import RunDir
 from data_builders.errors import ConfigError
 from data_builders.media import FrameCache
 from eval.evaluation import Evaluation
+from eval.preference import scores_pairs
 from eval.served import served_weights, serving
 from models.chat import make_adapter
 from models.loading import CheckpointModels, default_device, is_adapter, load_base, load_processor
@@ -77,7 +78,8 @@ def adopt_run_settings(cfg: EvalRunConfig, checkpoint: Path) -> bool:
 
     A model is scored on frames sampled the way it was trained on: a configured media spec that differs is
     replaced, loudly, rather than drifting silently. Unless benchmark roots are given, the run's own
-    benchmarks are used (no second synthetic build).
+    benchmarks are used (no second synthetic build). A checkpoint of a run that scored held-out preference
+    pairs (a DPO run) has them scored here too.
     """
     if not checkpoint.is_dir():
         raise ConfigError(f"checkpoint={checkpoint}: not a directory")
@@ -92,6 +94,7 @@ def adopt_run_settings(cfg: EvalRunConfig, checkpoint: Path) -> bool:
             stacklevel=3,
         )
     cfg.model, cfg.media = trained.model, trained.media
+    cfg.eval.preference_pairs = cfg.eval.preference_pairs or scores_pairs(trained)
     if not cfg.eval.v2p_root and not cfg.eval.ovi_root:
         cfg.eval.v2p_root, cfg.eval.ovi_root = trained.eval.v2p_root, trained.eval.ovi_root
         cfg.data.build_synthetic = False

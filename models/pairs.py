@@ -1,25 +1,55 @@
 """Preference pairs as model inputs, for DPO training (train/dpo.py) and held-out scoring
-(eval/preference.py).
+(eval/preference.py), and the same reactions unpaired for KTO training (train/kto.py).
 
 Both render a pair through the same chat adapter as SFT and evaluation: the chosen conversation and the
 rejected one (the same prompt, another final reaction), batched as TRL's DPOTrainer expects them: the
 chosen rows first, then the rejected rows, with a ``completion_mask`` over the final reaction's tokens
-(including its end-of-turn token) where SFT would put its labels. The prompt carries no loss.
+(including its end-of-turn token) where SFT would put its labels. The prompt carries no loss. KTO's batches
+are one row per reaction with its ``label``, plus TRL's KL rows: each prompt with another row's reaction.
 """
 
 from __future__ import annotations
 
 import torch
 
-from data_builders.preferences import PreferencePair
+from data_builders.preferences import LabelledReaction, PreferencePair, with_reaction
+from data_builders.sample import Sample
 from models.chat import IGNORE_INDEX, VideoChatAdapter
+
+# Inputs with one entry per token: KTO's KL rows have their own (``KL_<key>``, the names TRL reads); the
+# others (the media) are the same for a KL row as for its own row, so the KL forward reuses the rows'.
+_PER_TOKEN = ("input_ids", "attention_mask", "completion_mask", "token_type_ids", "mm_token_type_ids")
 
 
 def pair_batch(adapter: VideoChatAdapter, pairs: list[PreferencePair]) -> dict:
     """Processor inputs of ``2 x len(pairs)`` rows (chosen, then rejected) and their ``completion_mask``."""
-    chosen = [adapter.render(pair.sample, for_generation=False) for pair in pairs]
-    rejected = [adapter.render(pair.rejected_sample(), for_generation=False) for pair in pairs]
-    batch = dict(adapter.training_batch(chosen + rejected))
+    return completion_batch(adapter, [p.sample for p in pairs] + [p.rejected_sample() for p in pairs])
+
+
+def unpaired_batch(adapter: VideoChatAdapter, reactions: list[LabelledReaction]) -> dict:
+    """Processor inputs of one row per reaction, their ``completion_mask`` and ``label`` (desirable or not),
+    and KTO's KL rows (``KL_input_ids``, ``KL_attention_mask``, ``KL_completion_mask``): row i's conversation
+    ending with row i-1's reaction (row 0: the last row's), as TRL pairs them.
+
+    Raises:
+        ValueError: the KL rows' media inputs differ from the rows' own (cannot happen while a reaction is
+            text only; checked because the KL forward would otherwise see another row's video).
+    """
+    batch = completion_batch(adapter, [r.sample for r in reactions])
+    previous = reactions[-1:] + reactions[:-1]
+    kl_rows = [with_reaction(r.sample, p.reaction) for r, p in zip(reactions, previous, strict=True)]
+    for key, value in completion_batch(adapter, kl_rows).items():
+        if key in _PER_TOKEN:
+            batch[f"KL_{key}"] = value
+        elif not torch.equal(value, batch[key]):
+            raise ValueError(f"KTO's KL rows: {key} differs from the rows' own")
+    batch["label"] = torch.tensor([r.desirable for r in reactions], dtype=torch.bool)
+    return batch
+
+
+def completion_batch(adapter: VideoChatAdapter, samples: list[Sample]) -> dict:
+    """Processor inputs of the samples and a ``completion_mask`` over each one's final reaction."""
+    batch = dict(adapter.training_batch([adapter.render(s, for_generation=False) for s in samples]))
     labels = batch.pop("labels")
     batch["completion_mask"] = (labels != IGNORE_INDEX).long()
     return batch

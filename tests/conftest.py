@@ -87,6 +87,49 @@ def tiny_checkpoint(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def preference_after_sft(small_train_config):
+    """``preference_after_sft(root, run_name, *overrides)``: a 2-step SFT under ``root``, then a 4-step run of
+    a preference stage (the overrides say which) from its checkpoint, evaluated at baseline and every 2
+    steps; returns the stage's config and result."""
+    from train.recipe import run
+
+    def after_sft(root, run_name: str, *overrides: str):
+        sft = small_train_config(
+            root, "run_name=sft", "trainer.max_steps=2", "trainer.save_steps=2", "eval=none"
+        )
+        run(sft)
+        checkpoint = root / "sft" / "checkpoints" / "checkpoint-2"
+        cfg = small_train_config(
+            root, f"run_name={run_name}", "trainer.max_steps=4", "trainer.save_steps=2",
+            "trainer.batch_size=2", "peft.modules_to_save=[]", f"stage.start_from={checkpoint}", *overrides,
+        )  # fmt: skip
+        return cfg, run(cfg)
+
+    return after_sft
+
+
+@pytest.fixture(scope="session")
+def pairs(synthetic_build):
+    """The preference pairs of the session's synthetic OVIBench (every type, both forms)."""
+    from data_builders.ovi_format import load_ovibench
+    from data_builders.preferences import pairs_from_samples
+
+    return pairs_from_samples(load_ovibench(synthetic_build.ovibench)).pairs
+
+
+@pytest.fixture(scope="session")
+def adapter(tiny_checkpoint, tmp_path_factory):
+    """The tiny checkpoint's chat adapter, 4 frames a video."""
+    from transformers import AutoProcessor
+
+    from data_builders.media import FrameCache, MediaSpec
+    from models.chat import make_adapter
+
+    media, cache = MediaSpec(num_frames=4), FrameCache(tmp_path_factory.mktemp("cache"))
+    return make_adapter("qwen2_5_vl", AutoProcessor.from_pretrained(tiny_checkpoint), media, cache)
+
+
+@pytest.fixture(scope="session")
 def synthetic_build(tmp_path_factory):
     """A small synthetic build: worlds, V2P SFT, OVI-Train and both benchmark twins."""
     from data_builders.build import build_synthetic

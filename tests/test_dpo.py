@@ -6,6 +6,7 @@ processes."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 
 import pytest
@@ -21,19 +22,6 @@ from models.pairs import completion_logps, pair_batch
 
 # A DPO run on the quickstart's setting: pairs from the synthetic OVI-Train.
 DPO_OVERRIDES = ["stage.method=dpo", "data.train=[${data.synthetic.root}/ovi_train/hf]"]
-
-
-@pytest.fixture(scope="module")
-def pairs(synthetic_build):
-    return pairs_from_samples(load_ovibench(synthetic_build.ovibench)).pairs
-
-
-@pytest.fixture(scope="module")
-def adapter(tiny_checkpoint, tmp_path_factory):
-    from transformers import AutoProcessor
-
-    processor = AutoProcessor.from_pretrained(tiny_checkpoint)
-    return VideoChatAdapter(processor, MediaSpec(num_frames=4), FrameCache(tmp_path_factory.mktemp("cache")))
 
 
 def test_only_the_reaction_tokens_carry_the_loss(adapter, pairs):
@@ -102,41 +90,44 @@ def test_the_lora_off_reference_is_the_base_model(adapter, pairs, tiny_checkpoin
 
 
 @pytest.fixture(scope="module")
-def dpo_after_sft(small_train_config, tmp_path_factory):
-    """A 2-step SFT, then a 4-step DPO run from its checkpoint, evaluated at baseline and every 2 steps."""
-    from train.recipe import run
-
+def dpo_after_sft(preference_after_sft, tmp_path_factory):
+    """A 2-step SFT, then a 4-step DPO (+ NLL) run from its checkpoint, evaluated at baseline and every 2
+    steps."""
     root = tmp_path_factory.mktemp("dpo")
-    sft = small_train_config(root, "run_name=sft", "trainer.max_steps=2", "trainer.save_steps=2", "eval=none")
-    run(sft)
-    checkpoint = root / "sft" / "checkpoints" / "checkpoint-2"
-    cfg = small_train_config(
-        root, "run_name=dpo", "trainer.max_steps=4", "trainer.save_steps=2", "trainer.batch_size=2",
-        "peft.modules_to_save=[]", f"stage.start_from={checkpoint}", *DPO_OVERRIDES,
-    )  # fmt: skip
-    return cfg, run(cfg), root
+    # As the shipped experiments: DPO + the chosen answers' NLL.
+    cfg, result = preference_after_sft(root, "dpo", *DPO_OVERRIDES, "stage.loss_type=[sigmoid,sft]")
+    return cfg, result, root
 
 
-@pytest.mark.slow
-def test_dpo_after_sft_evaluates_baseline_and_checkpoints_with_preference_metrics(dpo_after_sft):
-    cfg, result, root = dpo_after_sft
-    run_dir = root / "dpo"
+def check_preference_run(cfg, summary: dict, run_dir) -> list[dict]:
+    """What every preference stage run after SFT shows: the merged start model is its base; the baseline
+    and both checkpoints scored on the held-out pairs (reward metrics for the checkpoints only) and both
+    benchmarks; the report's section; the deltas logged; the adapter saved on the start model. Returns the
+    logged metrics."""
     start = run_dir / "start_model"
     assert (start / "config.json").exists() and cfg.model.name_or_path == str(start)
     assert f"name_or_path: {start}" in (run_dir / "resolved_config.yaml").read_text()
-    preference = result.summary["preference"]
+    preference = summary["preference"]
+    assert preference["beta"] == cfg.stage.beta
     assert list(preference["models"]) == ["baseline", "checkpoint-2", "checkpoint-4"]
     last = preference["models"]["checkpoint-4"]["overall"]
     assert last["n"] == preference["n_pairs"] > 0
     assert {"reward_accuracy", "margin", "delta"} <= last.keys()
     assert "reward_accuracy" not in preference["models"]["baseline"]["overall"]
-    assert set(result.summary["benchmarks"]) == {"v2p", "ovi"}
+    assert set(summary["benchmarks"]) == {"v2p", "ovi"}
     assert "## Held-out preference pairs (OVIBench)" in (run_dir / "report.md").read_text()
     logged = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert any("train/rewards/margins" in entry for entry in logged)  # TRL's own DPO metrics
     assert any("ovi_pairs/overall/accuracy/delta" in entry for entry in logged)
     adapter = json.loads((run_dir / "final" / "adapter_config.json").read_text())
     assert adapter["base_model_name_or_path"] == str(start)
+    return logged
+
+
+@pytest.mark.slow
+def test_dpo_after_sft_evaluates_baseline_and_checkpoints_with_preference_metrics(dpo_after_sft):
+    cfg, result, root = dpo_after_sft
+    logged = check_preference_run(cfg, result.summary, root / "dpo")
+    assert any("train/rewards/margins" in entry for entry in logged)  # TRL's own DPO metrics
 
 
 @pytest.mark.slow
@@ -161,6 +152,41 @@ def test_the_baseline_pairs_are_scored_on_the_sft_model(dpo_after_sft):
     assert (untuned - torch.cat([chosen, rejected])).abs().max() > 0.01  # the SFT step changed them
     for pair, c, r in zip(first, chosen, rejected, strict=True):
         assert stored[pair.id] == pytest.approx((float(c), float(r)), abs=1e-3)
+
+
+def _pair_logps(run_dir, name: str) -> dict[str, tuple[float, float]]:
+    records = map(json.loads, (run_dir / "eval" / name / "ovi_pairs.jsonl").read_text().splitlines())
+    return {r["id"]: (r["chosen_logp"], r["rejected_logp"]) for r in records}
+
+
+@pytest.mark.slow
+def test_the_watcher_and_python_m_eval_score_the_pairs_as_inline_evaluation_does(
+    dpo_after_sft, small_eval_config, tmp_path
+):
+    """The DPO run evaluated again by the watcher (a copy without its pair scores or model list) and one
+    checkpoint by ``python -m eval``: the same held-out pairs, the same log-probabilities."""
+    from eval.run import run
+    from eval.watch import watch
+
+    _, result, root = dpo_after_sft
+    copy = tmp_path / "dpo"
+    shutil.copytree(
+        root / "dpo", copy, ignore=shutil.ignore_patterns("ovi_pairs.jsonl", "models.json", "wandb")
+    )
+    watched = watch(copy, device="cpu")
+    assert watched["preference"]["models"].keys() == result.summary["preference"]["models"].keys()
+    assert {"reward_accuracy", "margin"} <= watched["preference"]["models"]["checkpoint-4"]["overall"].keys()
+    for name in ("baseline", "checkpoint-4"):
+        inline, again = _pair_logps(root / "dpo", name), _pair_logps(copy, name)
+        assert inline.keys() == again.keys() and inline
+        assert all(again[i] == pytest.approx(inline[i], abs=1e-3) for i in inline)
+
+    cfg = small_eval_config(tmp_path, "run_name=alone", f"checkpoint={copy / 'checkpoints' / 'checkpoint-4'}")
+    alone = run(cfg)["preference"]  # the run scored pairs, so its checkpoint's evaluation does
+    assert alone["beta"] is None and "reward_accuracy" not in alone["models"]["checkpoint-4"]["overall"]
+    again = _pair_logps(tmp_path / "alone", "checkpoint-4")
+    inline = _pair_logps(root / "dpo", "checkpoint-4")
+    assert all(again[i] == pytest.approx(inline[i], abs=1e-3) for i in inline)
 
 
 @pytest.mark.slow
@@ -233,3 +259,26 @@ def test_pair_forms_select_the_training_pairs(compose, synthetic_build, tmp_path
     cfg.stage.pair_forms = ["letters"]
     with pytest.raises(ConfigError, match="stage.pair_forms"):
         preference_dataset(cfg, chat, cache, RunDir(tmp_path / "run"))
+
+
+def test_data_weights_mix_the_pair_datasets(compose, synthetic_build, tmp_path):
+    from core.rundir import RunDir
+    from train.dpo import training_pairs
+
+    ovi = synthetic_build.ovi_train
+    cfg = compose(
+        "train", "+exp=quickstart_dpo", f"data.train=[{ovi},{ovi}]", "data.weights=[1,3]",
+        "stage.pair_forms=[open]",
+    )  # fmt: skip
+    chat = VideoChatAdapter.__new__(VideoChatAdapter)
+    chat.follow_on = True
+    cfg.media = MediaSpec(num_frames=4)
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.path.mkdir()
+    pairs = training_pairs(cfg, chat, FrameCache(tmp_path / "cache"), run_dir)
+    mix = json.loads(run_dir.data_mix_file.read_text())
+    first, second = mix["datasets"]
+    assert first["pairs"] == second["pairs"] > 0 and second["drawn"] == second["pairs"]  # the 3/4 share
+    assert first["drawn"] == round(second["pairs"] / 3)  # runs out last: a seeded quarter-size draw
+    assert mix["strategy"] == "interleave_under" and mix["pairs"] == len(pairs)
+    assert all(pair.sample.meta["format"] == "open" for pair in pairs)

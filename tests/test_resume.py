@@ -198,6 +198,15 @@ def _wait_until_gone(pid: int) -> bool:
     return False
 
 
+def _check_resume_after_kill(output_root: Path, launch: Launch) -> None:
+    """A run killed right after a checkpoint (drawn at random) and resumed ends as a run never killed."""
+    step = _kill_step()
+    _train(output_root, "straight", launch)
+    _train_until_killed(output_root, "killed", f"checkpoint-{step}", launch)
+    assert "resuming from" in _train(output_root, "killed", launch)
+    _check_equal_runs(output_root / "straight", output_root / "killed")
+
+
 def _losses(run_dir: Path) -> dict[int, float]:
     """Step -> training loss, from the final checkpoint's log history (logged every step)."""
     final = run_dir / "checkpoints" / f"checkpoint-{MAX_STEPS}" / "trainer_state.json"

@@ -228,8 +228,16 @@ def test_served_predictions_equal_in_process_ones(
         "eval.limit=6",
         "eval.batch_size=1",
         "logger.wandb=false",
+        "eval.preference_pairs=true",
     )
     in_process, served, summary = _both_ways(small_eval_config, tmp_path, monkeypatch, overrides)
+    # Held-out pairs need the model's own log-probabilities: scored in process, named as not scored served.
+    scored = json.loads((Path(in_process.run_dir) / "summary.json").read_text())["preference"]
+    assert scored["beta"] is None and scored["models"]["model"]["overall"]["n"] == scored["n_pairs"] > 0
+    assert (
+        "not_scored" in summary["preference"]
+        and not (Path(served.run_dir) / "eval/model/ovi_pairs.jsonl").exists()
+    )
 
     agreement = {}
     for bench in ("v2p", "ovi"):

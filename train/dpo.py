@@ -16,20 +16,26 @@ makes an SFT checkpoint the starting model (``resolve_start``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 from trl import DPOTrainer
 
+from core import distributed
 from core.config import StageConfig, TrainConfig, TrainerConfig
 from core.rundir import RunDir
 from data_builders.errors import ConfigError, DataError
+from data_builders.files import write_json_atomic
 from data_builders.media import FrameCache, check_media
 from data_builders.ovi_format import FORMATS
 from data_builders.preferences import PreferencePair, load_pairs
 from models.chat import VideoChatAdapter
 from models.loading import is_adapter, load_model, save_merged
 from models.pairs import pair_batch
+from train.data import MIX_STRATEGY, dataset_shares, mix_datasets
 from train.trainer import RecipeTrainer
 
 START_MODEL = "start_model"  # <run_dir>/start_model: base + the SFT adapter of stage.start_from, merged
@@ -73,21 +79,35 @@ def dpo_arguments(stage: StageConfig, trainer: TrainerConfig) -> tuple[type, dic
 
 
 def preference_dataset(cfg: TrainConfig, chat: VideoChatAdapter, cache: FrameCache, run_dir: RunDir):
-    """The training pairs of ``data.train`` (pair datasets, or OVI samples made into pairs) in the forms of
-    ``stage.pair_forms`` whose media decode, as an HF dataset of pair rows; the others are quarantined
-    (``quarantine_train.json``).
-
-    Raises:
-        ConfigError: ``stage.pair_forms`` is empty or names an unknown form.
-        DataError: no pair at all.
-    """
+    """:func:`training_pairs` as an HF dataset of pair rows."""
     import datasets
 
+    return datasets.Dataset.from_list([pair.to_row() for pair in training_pairs(cfg, chat, cache, run_dir)])
+
+
+def training_pairs(
+    cfg: TrainConfig, chat: VideoChatAdapter, cache: FrameCache, run_dir: RunDir
+) -> list[PreferencePair]:
+    """The training pairs of ``data.train`` (pair datasets, or OVI samples made into pairs) in the forms of
+    ``stage.pair_forms``, mixed by ``data.weights`` as SFT samples are (train/data.py; recorded in
+    ``data_mix.json``), whose media decode; the others are quarantined (``quarantine_train.json``).
+
+    Raises:
+        ConfigError: ``stage.pair_forms`` is empty or names an unknown form; bad ``data.weights``.
+        DataError: no pair at all.
+    """
     unknown = sorted(set(cfg.stage.pair_forms) - set(FORMATS))
     if unknown or not cfg.stage.pair_forms:
         raise ConfigError(f"stage.pair_forms: {unknown or 'empty'}; choose among {list(FORMATS)}")
-    pairs = [pair for directory in cfg.data.train for pair in load_pairs(directory)]
-    pairs = [pair for pair in pairs if pair.sample.meta["format"] in cfg.stage.pair_forms]
+    per_dataset = [
+        [pair for pair in load_pairs(directory) if pair.sample.meta["format"] in cfg.stage.pair_forms]
+        for directory in cfg.data.train
+    ]
+    shares = dataset_shares(cfg.data.train, cfg.data.weights)
+    drawn = mix_datasets(per_dataset, shares, cfg.trainer.seed)
+    if distributed.is_main():
+        write_json_atomic(run_dir.data_mix_file, pair_mix(cfg, per_dataset, drawn, shares), indent=2)
+    pairs = [pair for group in drawn for pair in group]
     if not pairs:
         raise DataError(", ".join(cfg.data.train), "no preference pair in data.train (OVI samples make them)")
     good, bad = check_media(
@@ -95,7 +115,26 @@ def preference_dataset(cfg: TrainConfig, chat: VideoChatAdapter, cache: FrameCac
     )
     run_dir.write_quarantine("train", bad)
     kept = {sample.id for sample in good}
-    return datasets.Dataset.from_list([pair.to_row() for pair in pairs if pair.id in kept])
+    return [pair for pair in pairs if pair.id in kept]
+
+
+def pair_mix(
+    cfg: TrainConfig, per_dataset: list[list], drawn: list[list], shares: list[float] | None
+) -> dict[str, Any]:
+    """What ``data_mix.json`` records of a preference run: each dataset's pairs and how many were drawn."""
+    entries = [
+        {
+            "path": path,
+            "weight": cfg.data.weights[position] if shares else None,
+            "share": shares[position] if shares else None,
+            "pairs": len(per_dataset[position]),  # in the dataset, in stage.pair_forms
+            "drawn": len(drawn[position]),  # for the epoch, before media checks
+        }
+        for position, path in enumerate(cfg.data.train)
+    ]
+    strategy = MIX_STRATEGY if shares else "concat"
+    drawn_pairs = sum(map(len, drawn))
+    return {"strategy": strategy, "seed": cfg.trainer.seed, "pairs": drawn_pairs, "datasets": entries}
 
 
 class PairCollator:
@@ -117,14 +156,36 @@ def reference_model(cfg: TrainConfig, peft_model: bool):
     return model.eval()
 
 
-class PreferenceTrainer(RecipeTrainer, DPOTrainer):
-    """TRL's DPOTrainer with the recipe's optimizer groups, sampler and clipping (RecipeTrainer)."""
+class RenderedRowsTrainer(RecipeTrainer):
+    """The recipe's trainer in front of one of TRL's preference trainers (the next base of a subclass): the
+    rows stay as they are (TRL's dataset preparation is skipped: our collator renders them per batch), and
+    TRL's frozen "ref" copy of a fresh LoRA adapter is removed (the model with the adapter off computes the
+    same)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if "ref" in getattr(self.model, "peft_config", {}):
-            # TRL's frozen copy of our fresh adapter: the model with the adapter off computes the same.
             self.model.delete_adapter("ref")
 
     def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
-        return dataset  # pair rows stay as they are: PairCollator renders them per batch
+        return dataset
+
+
+class PreferenceTrainer(RenderedRowsTrainer, DPOTrainer):
+    """TRL's DPOTrainer with the recipe's optimizer groups, sampler and clipping (RecipeTrainer) on pair
+    rows that PairCollator renders."""
+
+
+@dataclass(frozen=True)
+class PreferenceMethod:
+    """What the recipe takes from a preference method (``stage.method``): TRL's arguments class and its own
+    arguments (``arguments(stage, trainer)``), the training rows (``dataset(cfg, chat, cache, run_dir)``),
+    the collator that renders them (``collator(chat)``) and the trainer."""
+
+    arguments: Callable[[StageConfig, TrainerConfig], tuple[type, dict]]
+    dataset: Callable
+    collator: type
+    trainer: type
+
+
+DPO = PreferenceMethod(dpo_arguments, preference_dataset, PairCollator, PreferenceTrainer)

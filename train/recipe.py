@@ -28,17 +28,13 @@ from models.towers import family_of, is_partitioned, numel, parameters_by_tower
 from train.callbacks import CheckpointEval, LogToMetricLogger
 from train.data import Collator, SampleDataset, dataset_shares, training_set
 from train.deepspeed import deepspeed_config, write_deepspeed_config
-from train.dpo import (
-    PairCollator,
-    PreferenceTrainer,
-    dpo_arguments,
-    preference_dataset,
-    reference_model,
-    resolve_start,
-)
+from train.dpo import DPO, reference_model, resolve_start
+from train.kto import KTO
 from train.modes import apply_peft
 from train.optim import check_learning_rates, tower_learning_rates
 from train.trainer import RecipeTrainer
+
+PREFERENCE_METHODS = {StageMethod.dpo: DPO, StageMethod.kto: KTO}
 
 
 def training_arguments(
@@ -100,8 +96,8 @@ def run(cfg: TrainConfig) -> RunResult:
     if cfg.peft.method is PeftMethod.qlora:
         check_qlora(cfg.trainer)
     resolve_synthetic_data(cfg)  # file-locked: every rank calls it, one builds
-    dpo = cfg.stage.method is StageMethod.dpo
-    if dpo:
+    preference = PREFERENCE_METHODS.get(cfg.stage.method)  # None: SFT
+    if preference:
         resolve_start(cfg, run_dir)  # file-locked too: the SFT checkpoint becomes the run's base
     dataset_shares(cfg.data.train, cfg.data.weights)  # bad weights fail here, before the model loads
     main = distributed.is_main()  # from the launcher's RANK: the process group does not exist yet
@@ -115,7 +111,9 @@ def run(cfg: TrainConfig) -> RunResult:
         # Before the model: under ZeRO-3 the arguments register the DeepSpeed config with transformers (a
         # weak reference, alive as long as `args` is), so from_pretrained loads each rank's partition only
         # (deepspeed.zero.Init) instead of the whole model on every rank first.
-        arguments_class, stage_arguments = dpo_arguments(cfg.stage, cfg.trainer) if dpo else (None, {})
+        arguments_class, stage_arguments = (
+            preference.arguments(cfg.stage, cfg.trainer) if preference else (None, {})
+        )
         args = training_arguments(
             cfg.trainer, run_dir.checkpoints_dir, ds_config, arguments_class, **stage_arguments
         )
@@ -123,8 +121,9 @@ def run(cfg: TrainConfig) -> RunResult:
         model, processor = load_base(cfg.model, quantized=cfg.peft.method is PeftMethod.qlora)
         partitioned_at_load = is_partitioned(model)
         chat = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)
-        if dpo:
-            train_dataset, collator = preference_dataset(cfg, chat, cache, run_dir), PairCollator(chat)
+        if preference:
+            train_dataset = preference.dataset(cfg, chat, cache, run_dir)
+            collator = preference.collator(chat)
         else:
             train_set = training_set(cfg.data, cfg.trainer.seed, cfg.media, cache, follow_on=chat.follow_on)
             samples = train_set.samples
@@ -144,8 +143,8 @@ def run(cfg: TrainConfig) -> RunResult:
         callbacks = [LogToMetricLogger(logger)]
         if evaluation:
             callbacks.append(CheckpointEval(evaluation, chat, run_dir))
-        stage_kwargs = {"ref_model": reference_model(cfg, model is not base)} if dpo else {}
-        trainer = (PreferenceTrainer if dpo else RecipeTrainer)(
+        stage_kwargs = {"ref_model": reference_model(cfg, model is not base)} if preference else {}
+        trainer = (preference.trainer if preference else RecipeTrainer)(
             model=model,
             args=args,
             trainer_cfg=cfg.trainer,
@@ -187,8 +186,7 @@ def _inline_evaluation(
             "eval.server: a training evaluates its own checkpoints in process; to evaluate them through a "
             f"model server, train with eval.mode=async and run `python -m eval.watch {cfg.run_dir}`"
         )
-    preference_beta = cfg.stage.beta if cfg.stage.method is StageMethod.dpo else None
-    return Evaluation(cfg, run_dir, logger, cache, preference_beta)
+    return Evaluation(cfg, run_dir, logger, cache)
 
 
 def _write_parameters(run_dir: RunDir, model: torch.nn.Module, cfg: TrainerConfig, partitioned: bool) -> None:
