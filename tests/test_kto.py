@@ -3,7 +3,7 @@ supervise only the reactions and label them; the KL rows are each prompt (same t
 the previous row's reaction; the reference of a LoRA run is the base model (adapter off, no copy), for the
 rows and the KL rows, and the rarer right reactions are weighted up to balance; a small KTO run after SFT
 evaluates baseline and checkpoints with held-out preference metrics; a killed KTO run resumes with equal
-losses; ZeRO-2 on two CPU processes."""
+losses; ZeRO-2 and ZeRO-3 on two CPU processes."""
 
 from __future__ import annotations
 
@@ -182,16 +182,36 @@ def test_killed_kto_run_resumes_with_equal_losses(tmp_path):
 
 
 @pytest.mark.slow
-def test_kto_under_zero2_on_two_processes(tmp_path):
-    launch = resume.Launch(
-        resume.DEEPSPEED_LAUNCH, resume.DEEPSPEED_OVERRIDES + KTO_OVERRIDES, resume.DEEPSPEED_ENV
-    )
+@pytest.mark.parametrize("stage", [2, 3])
+def test_kto_under_zero_on_two_processes(tmp_path, stage):
+    overrides = [f"trainer=zero{stage}" if o == "trainer=zero2" else o for o in resume.DEEPSPEED_OVERRIDES]
+    launch = resume.Launch(resume.DEEPSPEED_LAUNCH, overrides + KTO_OVERRIDES, resume.DEEPSPEED_ENV)
     resume._train(tmp_path, "zero", launch)
     run_dir = tmp_path / "zero"
-    assert json.loads((run_dir / "deepspeed.json").read_text())["zero_optimization"]["stage"] == 2
+    assert json.loads((run_dir / "deepspeed.json").read_text())["zero_optimization"]["stage"] == stage
     last = run_dir / "checkpoints" / f"checkpoint-{resume.MAX_STEPS}"
     state = json.loads((last / "trainer_state.json").read_text())
     kl = [entry["kl"] for entry in state["log_history"] if "kl" in entry]
     losses = [entry["loss"] for entry in state["log_history"] if "loss" in entry]
     assert len(kl) == len(losses) == resume.MAX_STEPS and torch.isfinite(torch.tensor(kl + losses)).all()
     assert (run_dir / "final" / "adapter_model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_kto_under_full_fine_tuning_trains_against_a_frozen_reference(small_train_config, tmp_path):
+    from train.recipe import run
+
+    cfg = small_train_config(
+        tmp_path, "run_name=full", "peft=full", "trainer.max_steps=2", "trainer.save_steps=2",
+        "trainer.batch_size=2", "trainer.logging_steps=1", "eval=none", *KTO_OVERRIDES,
+    )  # fmt: skip
+    trained = run(cfg).model
+    state = tmp_path / "full" / "checkpoints" / "checkpoint-2" / "trainer_state.json"
+    logged = [entry for entry in json.loads(state.read_text())["log_history"] if "kl" in entry]
+    assert len(logged) == 2 and all(torch.isfinite(torch.tensor([e["loss"], e["kl"]])).all() for e in logged)
+    # The reward is beta x the log-ratio to the reference: zero before the first update, then not, as the
+    # policy leaves the frozen copy behind.
+    rewards = [next(e[k] for k in ("rewards/chosen", "rewards/rejected") if k in e) for e in logged]
+    assert rewards[0] == pytest.approx(0.0, abs=1e-5) and abs(rewards[1]) > 1e-3
+    assert not hasattr(trained, "peft_config")
+    assert (tmp_path / "full" / "final" / "model.safetensors").exists()
