@@ -76,6 +76,17 @@ def gather(value: Any) -> list[Any]:
     return out
 
 
+def shard(items: list) -> tuple[list, list[bool]]:
+    """This rank's share of ``items`` (every world_size-th, from its rank) and which of them are real: every
+    rank gets the same count, a rank short of items padding with repeats of the first (``False``), so that
+    all ranks run the same forward passes (under ZeRO-3 each one gathers weights from all ranks)."""
+    r, n = rank(), world_size()
+    mine = items[r::n]
+    per_rank = -(-len(items) // n)
+    padding = per_rank - len(mine)
+    return mine + items[:1] * padding, [True] * len(mine) + [False] * padding
+
+
 def share_cpu_process_group(args) -> None:
     """Tell accelerate, and so the HF Trainer, about a CPU process group it did not set up itself.
 

@@ -160,13 +160,10 @@ class Generation:
         All ranks must make the same generate calls in the same order: under ZeRO-3 each forward pass
         gathers weights from all ranks, so a rank that stopped early would leave the others hanging.
         """
-        r, n, size = distributed.rank(), distributed.world_size(), self.cfg.batch_size
+        size = self.cfg.batch_size
         for key, group in self._groups(samples):
-            mine = group[r::n]
-            per_rank = -(-len(group) // n)
-            real = [True] * len(mine) + [False] * (per_rank - len(mine))
-            mine = mine + [group[0]] * (per_rank - len(mine))
-            for start in range(0, per_rank, size):
+            mine, real = distributed.shard(group)
+            for start in range(0, len(mine), size):
                 yield key, mine[start : start + size], real[start : start + size]
 
     def _predict(self, predictor, chunk: list[Sample], group: tuple) -> list[dict]:

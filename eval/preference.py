@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from core import distributed
 from core.config import RunConfig, StageMethod, TrainConfig
 from core.rundir import RunDir
 from data_builders.errors import ConfigError
@@ -82,16 +83,22 @@ class PreferenceScoring:
         self.n_resamples = cfg.eval.bootstrap_resamples
 
     def score(self, model, chat: VideoChatAdapter, name: str, main: bool) -> None:
-        """Score the pairs not yet stored for ``name``. Every rank runs the forwards (ZeRO-3 gathers
-        weights collectively); ``main`` alone writes."""
-        store = JsonlStore(self.run_dir.results_file(name, PAIRS_RESULTS))
-        done = store.read()
-        todo = [pair for pair in self.pairs if pair.id not in done]
-        for start in range(0, len(todo), self.batch_size):
-            chunk = todo[start : start + self.batch_size]
+        """Score the pairs not yet stored for ``name``, sharded over ranks as generation is (every rank runs
+        the same number of forwards: ZeRO-3 gathers weights collectively); ``main`` alone reads and writes."""
+        store = JsonlStore(self.run_dir.results_file(name, PAIRS_RESULTS)) if main else None
+        done = store.read() if main else {}
+        by_id = {pair.id: pair for pair in self.pairs}
+        # Rank 0 alone reads the file and tells the others what is missing, so all shard the same list.
+        missing = [pair.id for pair in self.pairs if pair.id not in done] if main else None
+        mine, real = distributed.shard([by_id[i] for i in distributed.broadcast(missing)])
+        for start in range(0, len(mine), self.batch_size):
+            chunk, keep = mine[start : start + self.batch_size], real[start : start + self.batch_size]
             chosen, rejected = completion_logps(model, pair_batch(chat, chunk)).chunk(2)
+            scored = zip(chunk, chosen, rejected, keep, strict=True)
+            records = [_record(pair, c, r) for pair, c, r, kept in scored if kept]
+            gathered = [record for shard in distributed.gather(records) for record in shard]
             if main:
-                store.append(_record(p, c, r) for p, c, r in zip(chunk, chosen, rejected, strict=True))
+                store.append(gathered)
 
     def summary(self, names: list[str]) -> dict[str, Any]:
         """Metrics of every model in ``names`` (the baseline first) on the pairs all of them have scored."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from data_builders.preferences import LabelledReaction, PreferencePair, with_reaction
+from data_builders.preferences import LabelledReaction, PreferencePair
 from data_builders.sample import Sample
 from models.chat import IGNORE_INDEX, VideoChatAdapter
 
@@ -29,22 +29,45 @@ def pair_batch(adapter: VideoChatAdapter, pairs: list[PreferencePair]) -> dict:
 def unpaired_batch(adapter: VideoChatAdapter, reactions: list[LabelledReaction]) -> dict:
     """Processor inputs of one row per reaction, their ``completion_mask`` and ``label`` (desirable or not),
     and KTO's KL rows (``KL_input_ids``, ``KL_attention_mask``, ``KL_completion_mask``): row i's conversation
-    ending with row i-1's reaction (row 0: the last row's), as TRL pairs them.
-
-    Raises:
-        ValueError: the KL rows' media inputs differ from the rows' own (cannot happen while a reaction is
-            text only; checked because the KL forward would otherwise see another row's video).
-    """
+    ending with row i-1's reaction (row 0: the last row's), as TRL pairs them."""
     batch = completion_batch(adapter, [r.sample for r in reactions])
-    previous = reactions[-1:] + reactions[:-1]
-    kl_rows = [with_reaction(r.sample, p.reaction) for r, p in zip(reactions, previous, strict=True)]
-    for key, value in completion_batch(adapter, kl_rows).items():
-        if key in _PER_TOKEN:
-            batch[f"KL_{key}"] = value
-        elif not torch.equal(value, batch[key]):
-            raise ValueError(f"KTO's KL rows: {key} differs from the rows' own")
+    batch.update(_kl_rows(batch, adapter.processor.tokenizer.pad_token_id))
     batch["label"] = torch.tensor([r.desirable for r in reactions], dtype=torch.bool)
     return batch
+
+
+def _kl_rows(batch: dict, pad_token_id: int) -> dict:
+    """The KL rows spliced from the batch's own tokens: row i's prompt, row i-1's reaction (in-context
+    tokens, end-of-turn included), then row i's closing tokens; right-padded. Nothing is processed again, and
+    each KL row's video tokens are its own row's, so the rows' media inputs serve the KL forward too."""
+    keys = [key for key in _PER_TOKEN if key in batch]
+    completion, real = batch["completion_mask"].bool(), batch["attention_mask"].bool()
+    rows = []
+    for row in range(len(completion)):
+        previous = row - 1  # -1: the last row
+        start = int(completion[row].nonzero()[0])
+        end = int(completion[row].nonzero()[-1]) + 1
+        rows.append(
+            {
+                key: torch.cat(
+                    [
+                        batch[key][row, :start],
+                        batch[key][previous][completion[previous]],
+                        batch[key][row, end:][real[row, end:]],
+                    ]
+                )
+                for key in keys
+            }
+        )
+    width = max(len(row["input_ids"]) for row in rows)
+    kl = {}
+    for key in keys:
+        pad = pad_token_id if key == "input_ids" else 0
+        padded = torch.full((len(rows), width), pad, dtype=batch[key].dtype)
+        for index, row in enumerate(rows):
+            padded[index, : len(row[key])] = row[key]
+        kl[f"KL_{key}"] = padded
+    return kl
 
 
 def completion_batch(adapter: VideoChatAdapter, samples: list[Sample]) -> dict:

@@ -114,9 +114,9 @@ def output_root(tmp_path_factory):
     return tmp_path_factory.mktemp("deepspeed")
 
 
-def _check_run(output_root: Path, run_name: str, stage: int) -> Path:
+def _check_run(output_root: Path, run_name: str, stage: int, *overrides: str) -> Path:
     # The quickstart trains the merger (projector) fully; at a learning rate of 0 it must stay as it was.
-    result = _torchrun(output_root, run_name, f"trainer=zero{stage}", "trainer.lr_projector=0.0")
+    result = _torchrun(output_root, run_name, f"trainer=zero{stage}", "trainer.lr_projector=0.0", *overrides)
     # torchrun exits 0 only when every rank did (an abort at exit on either rank fails it).
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     assert result.stdout.count("report:") == 1, "rank 0 alone reports"
@@ -182,7 +182,17 @@ def test_zero2_lora_on_two_processes(output_root):
 
 @pytest.mark.slow
 def test_zero3_lora_on_two_processes(output_root):
-    run_dir = _check_run(output_root, "zero3", stage=3)
+    run_dir = _check_run(output_root, "zero3", 3, "eval.preference_pairs=true")
+    # The held-out preference pairs, sharded over both ranks like generation: each scored once per model.
+    from core.rundir import RunDir
+    from data_builders.ovi_format import load_ovibench
+    from data_builders.preferences import pairs_from_samples
+
+    ovi_root = RunDir(run_dir).read_config().eval.ovi_root
+    expected = sorted(pair.id for pair in pairs_from_samples(load_ovibench(ovi_root)).pairs)
+    for model in ("baseline", "checkpoint-2"):
+        lines = (run_dir / "eval" / model / "ovi_pairs.jsonl").read_text().splitlines()
+        assert sorted(json.loads(line)["id"] for line in lines) == expected, model
     # Saved with the partitioned weights gathered: an ordinary adapter that loads without DeepSpeed.
     assert (run_dir / "checkpoints" / "checkpoint-2" / "adapter_model.safetensors").stat().st_size > 100_000
 
