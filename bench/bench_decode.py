@@ -22,9 +22,10 @@ from pathlib import Path
 import decord
 from common import print_table, quickstart_config, timed
 
+from core.decode_worker import Worker
+from core.decoding import MediaSpec, decode_clip
+from core.media import FrameCache, decode_span
 from data_builders.build import build_synthetic
-from data_builders.decode_worker import Worker
-from data_builders.media import FrameCache, MediaSpec, decode_clip, decode_span
 
 REPEATS = 15  # timed passes over all videos, per decoder
 

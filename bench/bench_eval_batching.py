@@ -13,8 +13,8 @@ from dataclasses import replace
 import torch
 from common import median, print_table, quickstart_config, timed
 
-from core.config import resolve_synthetic_data
-from data_builders.media import FrameCache, check_media
+from core.media import FrameCache, check_media
+from data_builders.build import with_synthetic_data
 from eval.benchmarks.v2p import load as load_v2p
 from eval.generation import generate
 from models.chat import make_adapter
@@ -27,7 +27,7 @@ REPEATS = 3  # timed passes over all items, per setting, alternating; the fastes
 
 def main() -> None:
     cfg = quickstart_config()
-    resolve_synthetic_data(cfg)
+    cfg = with_synthetic_data(cfg)
     cache = FrameCache(cfg.data.frame_cache)
     eval_cfg = replace(cfg.eval, benchmarks=["v2p"], limit=ITEMS, batch_size=BATCH)
     items, _ = check_media(load_v2p(eval_cfg)[:ITEMS], cfg.media, cache, desc="v2p")  # warms the cache

@@ -26,9 +26,10 @@ from common import BENCH_ROOT, median, print_table, quickstart_config
 from paired_steps import BareLoop, InOrderRecipeTrainer, paired_steps
 
 from core.config import PeftConfig, TrainerConfig
-from data_builders.media import FrameCache, MediaSpec
-from data_builders.sample import Part, Sample, Turn
-from data_builders.video_io import write_mp4
+from core.decoding import MediaSpec
+from core.media import FrameCache
+from core.sample import Part, Sample, Turn
+from core.video_io import write_mp4
 from models.chat import make_adapter
 from train.recipe import apply_peft
 

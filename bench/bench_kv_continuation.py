@@ -19,10 +19,11 @@ import numpy as np
 import torch
 from common import median, print_table, quickstart_config
 
-from data_builders.media import FrameCache, MediaSpec
+from core.decoding import MediaSpec
+from core.media import FrameCache
+from core.sample import Sample
+from core.video_io import write_mp4
 from data_builders.ovi_format import ovi_row_to_sample
-from data_builders.sample import Sample
-from data_builders.video_io import write_mp4
 from eval.ovi_simulation import SimulationResult, simulate_interruption
 from models.chat import VideoChatAdapter
 from models.loading import load_model

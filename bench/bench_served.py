@@ -25,9 +25,10 @@ from pathlib import Path
 import torch
 from common import BENCH_ROOT, print_table, quickstart_config, timed
 
-from core.config import OviProtocol, ServerConfig, VideoTransport, resolve_synthetic_data
-from data_builders.media import FrameCache, check_media
-from data_builders.text_models import EndpointConfig
+from core.config import OviProtocol, ServerConfig, VideoTransport
+from core.media import FrameCache, check_media
+from core.text_models import EndpointConfig
+from data_builders.build import with_synthetic_data
 from eval.benchmarks.v2p import load as load_v2p
 from eval.generation import InProcess
 from eval.served import ServedModel
@@ -55,7 +56,7 @@ def main() -> None:
     cfg = quickstart_config(
         *([f"model.name_or_path={args.checkpoint}", "model.tiny=false"] if args.checkpoint else [])
     )
-    resolve_synthetic_data(cfg)
+    cfg = with_synthetic_data(cfg)
     cache = FrameCache(cfg.data.frame_cache)
     eval_cfg = replace(cfg.eval, benchmarks=["v2p"], limit=ITEMS)
     items, _ = check_media(load_v2p(eval_cfg)[:ITEMS], cfg.media, cache, desc="v2p")

@@ -28,8 +28,8 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from core.config import TrainConfig, register_configs  # noqa: E402
-from data_builders.media import FrameCache  # noqa: E402
-from data_builders.sample import Sample  # noqa: E402
+from core.media import FrameCache  # noqa: E402
+from core.sample import Sample  # noqa: E402
 from models.chat import VideoChatAdapter, make_adapter  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,13 +67,13 @@ class Setup:
 
 def training_setup(*overrides: str) -> Setup:
     """Build (once) and load the quickstart's data and tiny model; warm the frame cache."""
-    from core.config import resolve_synthetic_data
-    from data_builders.media import check_media
+    from core.media import check_media
+    from data_builders.build import with_synthetic_data
     from models.loading import load_model
     from train.data import load_samples
 
     cfg = quickstart_config(*overrides)
-    resolve_synthetic_data(cfg)
+    cfg = with_synthetic_data(cfg)
     cache = FrameCache(cfg.data.frame_cache)
     _, processor = load_model(cfg.model)
     adapter = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
-from data_builders.files import atomic_dir
+from core.files import atomic_dir
 from models.tiny import build_tiny_checkpoint
 
 HEAD_DIM = 32

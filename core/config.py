@@ -14,10 +14,10 @@ from enum import Enum
 
 from hydra.core.config_store import ConfigStore
 
-from data_builders.choice import Choice
-from data_builders.cli_config import SyntheticDataConfig
-from data_builders.media import MediaSpec
-from data_builders.text_models import EndpointConfig, TextModelConfig
+from core.choice import Choice
+from core.decoding import MediaSpec
+from core.text_models import EndpointConfig, TextModelConfig
+from core.vocab import PAPER_MIX, InterruptionType, PromptShape
 
 
 class Family(Choice):
@@ -90,6 +90,21 @@ class PeftConfig:
     target_modules: str = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
     modules_to_save: list[str] = field(default_factory=list)
     freeze: list[Tower] = field(default_factory=lambda: [Tower.vision])
+
+
+@dataclass
+class SyntheticDataConfig:
+    """The synthetic world and its derived datasets (used by the quickstart and the tests; built by
+    ``data_builders.build``)."""
+
+    root: str = "${output_root}/data/synthetic"  # outputs/data/synthetic by default, for the quickstart too
+    seed: int = 0  # the training world's seed; the evaluation world's is seed + 1
+    train_videos: int = 240  # videos of the training world (V2P SFT, OVI-Train)
+    eval_videos: int = 24  # videos of the evaluation world (the V2P-Bench and OVIBench twins)
+    vp_questions_per_video: int = 6  # visual-prompt questions wanted per video
+    shapes: list[PromptShape] = field(default_factory=lambda: list(PromptShape))  # drawn from: all 8
+    # OVI-Train's interruption types, weighted (the paper's 1 : 2 : 1); a type left out weighs 0
+    ovi_mix: dict[InterruptionType, int] = field(default_factory=lambda: dict(PAPER_MIX))
 
 
 @dataclass
@@ -245,7 +260,7 @@ class EvalConfig:
 @dataclass
 class JudgeConfig(TextModelConfig):
     """The LLM judge of open-ended OVIBench items (``judge=none|endpoint|local``; the keys of a text model,
-    data_builders/text_models.py). ``backend: none`` leaves them unscored. Temperature stays 0."""
+    core/text_models.py). ``backend: none`` leaves them unscored. Temperature stays 0."""
 
     endpoint: EndpointConfig = field(default_factory=lambda: EndpointConfig(workers=8))
     # Judgements by (judge, rubric version, metric, prompt): a resumed or repeated evaluation costs nothing.
@@ -309,20 +324,6 @@ class EvalRunConfig(RunConfig):
     show_prompt: str | None = None  # print the rendered prompt of this item id and stop; no weights load
     logger: LoggerConfig = field(default_factory=lambda: LoggerConfig(wandb=False))
     run_name: str = "eval"
-
-
-def resolve_synthetic_data(cfg: RunConfig) -> None:
-    """Build the synthetic world and its datasets when ``data.build_synthetic`` asks (file-locked: every rank
-    may call it, one builds); point unset training data and benchmark roots at them."""
-    if not cfg.data.build_synthetic:
-        return
-    from data_builders.build import build_synthetic
-
-    paths = build_synthetic(cfg.data.synthetic)
-    if isinstance(cfg, TrainConfig) and not cfg.data.train:
-        cfg.data.train = [str(paths.v2p_sft), str(paths.ovi_train)]
-    cfg.eval.v2p_root = cfg.eval.v2p_root or str(paths.v2p_bench)
-    cfg.eval.ovi_root = cfg.eval.ovi_root or str(paths.ovibench)
 
 
 def register_configs() -> None:

@@ -27,7 +27,7 @@ from typing import Protocol
 
 from filelock import FileLock
 
-from data_builders.files import JsonlStore, write_text_atomic
+from core.files import JsonlStore, write_text_atomic
 
 STEP_KEY = "train/global_step"
 METRICS_FILE = "metrics.jsonl"
@@ -64,7 +64,7 @@ class MetricsFile:
     """Appends every scalar log call to a JSON-lines file: ``{"train/global_step": N, ...values}``.
 
     The training and the evaluation watcher may append at the same time; a line a kill cut short is
-    skipped by readers and ended before the next append (``data_builders.files.JsonlStore``)."""
+    skipped by readers and ended before the next append (``core.files.JsonlStore``)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)

@@ -15,7 +15,7 @@ A training run and its evaluation (inline, by the watcher, or by ``python -m eva
     <run_dir>/data_mix.json           per training dataset: weight, share, samples drawn and used
 
 Every file written here is written whole (under a temporary name, then renamed), except the append-only
-results files (:class:`data_builders.files.JsonlStore`).
+results files (:class:`core.files.JsonlStore`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from core import distributed
 from core.config import TrainConfig
-from data_builders.errors import DataError
-from data_builders.files import write_json_atomic, write_text_atomic
+from core.errors import DataError
+from core.files import write_json_atomic, write_text_atomic
 
 BASELINE = "baseline"  # the model name of the untuned model, evaluated before step 1
 _CHECKPOINT_PREFIX = "checkpoint-"

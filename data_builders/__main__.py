@@ -25,13 +25,13 @@ missing required path, or bad input data, prints one line ``error: ...`` and exi
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from data_builders.cli import asks_help_without_builder, builders_help, fail, run_cli
+from core.cli import fail, run_cli
 from data_builders.cli_config import (
     BUILDER_SCHEMAS,
     ExportBuild,
@@ -44,6 +44,25 @@ from data_builders.cli_config import (
 )
 
 register_configs()
+
+
+def asks_help_without_builder(argv: list[str]) -> bool:
+    """Whether the command line asks for ``--help`` without choosing a builder.
+
+    Hydra composes the config before printing its help, and the builder is required, so it would fail;
+    the builders' overview (:func:`builders_help`) answers instead.
+    """
+    chosen = any(arg.lstrip("+~").split("=", 1)[0] == "builder" for arg in argv)
+    return not chosen and any(arg in ("--help", "-h") for arg in argv)
+
+
+def builders_help(usage: str, builders: Iterable[str]) -> str:
+    """The overview ``python -m data_builders --help`` prints: ``usage`` (the command's docstring), the
+    builders to choose from, and how to see one builder's settings."""
+    return (
+        f"{usage.strip()}\n\nBuilders (builder=NAME): {', '.join(builders)}\n"
+        "Every setting of one builder, with its current value: python -m data_builders builder=NAME --help\n"
+    )
 
 
 def _synthetic(cfg: SyntheticDataConfig) -> None:

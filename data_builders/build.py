@@ -17,12 +17,14 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from data_builders.cli_config import OviTrainBuild, SyntheticDataConfig, VpSftBuild
-from data_builders.errors import SettingError
-from data_builders.files import write_json_atomic
+from core.config import RunConfig, SyntheticDataConfig, TrainConfig
+from core.errors import SettingError
+from core.files import write_json_atomic
+from core.vocab import PAPER_MIX, by_type
+from data_builders.cli_config import OviTrainBuild, VpSftBuild
 from data_builders.phrasings import PHRASINGS_VERSION, PhraseBank
 
 # Part of the build hash: bump it when the builders' output changes for the same config, so
@@ -52,8 +54,16 @@ def _paths(root: Path) -> SyntheticPaths:
     )
 
 
+def _settings(cfg: SyntheticDataConfig) -> dict:
+    """The build's settings as ``build.json`` records them (the type mix keyed by type name)."""
+    return {**asdict(cfg), "ovi_mix": {kind.name: weight for kind, weight in by_type(cfg.ovi_mix).items()}}
+
+
 def _config_hash(cfg: SyntheticDataConfig) -> str:
-    fields = {k: v for k, v in asdict(cfg).items() if k != "root"}
+    fields = {k: v for k, v in _settings(cfg).items() if k != "root"}
+    # The mix as the positional list builds were hashed with before mixes were keyed by type (Cancellation,
+    # Correction, False Trigger), so those builds keep their hash and are reused.
+    fields["ovi_mix"] = [by_type(cfg.ovi_mix)[kind] for kind in PAPER_MIX]
     fields["builder_version"] = BUILDER_VERSION
     fields["phrasings_version"] = PHRASINGS_VERSION
     return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
@@ -96,7 +106,7 @@ def _build_synthetic(cfg: SyntheticDataConfig) -> SyntheticPaths:
         built = json.loads(marker.read_text())
         if built.get("config_hash") == config_hash:
             return _paths(root)
-        _refuse_other_build(root, built.get("config", {}), asdict(cfg))
+        _refuse_other_build(root, built.get("config", {}), _settings(cfg))
     if root.exists():
         shutil.rmtree(root)  # a partial build, or one by an older builder: start clean rather than mix
     root.mkdir(parents=True)
@@ -108,7 +118,7 @@ def _build_synthetic(cfg: SyntheticDataConfig) -> SyntheticPaths:
     for split, out in (("train", root / "ovi_train"), ("eval", root / "ovibench")):
         seed, bank = cfg.seed + (split == "eval"), PhraseBank(split)
         build_ovi_train(_ovi_train_build(cfg, worlds[split], out, seed=seed, phrase_bank=bank))
-    write_json_atomic(marker, {"config_hash": config_hash, "config": asdict(cfg)}, indent=2)
+    write_json_atomic(marker, {"config_hash": config_hash, "config": _settings(cfg)}, indent=2)
     return _paths(root)
 
 
@@ -130,8 +140,26 @@ def _ovi_train_build(
         videos=str(world / "videos"),
         out=str(out),
         seed=seed,
-        mix=list(cfg.ovi_mix),
+        mix=dict(cfg.ovi_mix),
         phrase_bank=phrase_bank,
         # The captions are in ActivityNet's format, but the videos are the synthetic world's.
         source="synthetic",
     )
+
+
+def with_synthetic_data(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with the synthetic datasets as its unset training data and benchmark roots, built first when
+    ``data.build_synthetic`` asks (file-locked: every rank may call it, one builds); ``cfg`` itself is left
+    as it is."""
+    if not cfg.data.build_synthetic:
+        return cfg
+    paths = build_synthetic(cfg.data.synthetic)
+    data, evaluation = cfg.data, cfg.eval
+    if isinstance(cfg, TrainConfig) and not data.train:
+        data = replace(data, train=[str(paths.v2p_sft), str(paths.ovi_train)])
+    evaluation = replace(
+        evaluation,
+        v2p_root=evaluation.v2p_root or str(paths.v2p_bench),
+        ovi_root=evaluation.ovi_root or str(paths.ovibench),
+    )
+    return replace(cfg, data=data, eval=evaluation)

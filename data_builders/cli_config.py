@@ -4,7 +4,7 @@ Each builder takes its dataclass whole (``build_ovi_train(cfg)``), and the datac
 every default and its meaning; ``conf/builder/<name>.yaml`` sets only what differs. Each dataclass is
 stored in Hydra's ConfigStore in the ``builder`` group (``<name>_schema``), and the yaml starts from it,
 so the chosen builder's node keeps its type: a misspelt key, a wrong type or a value outside a closed
-choice (a :class:`~data_builders.choice.Choice`) fails when the config is composed, naming the key.
+choice (a :class:`~core.choice.Choice`) fails when the config is composed, naming the key.
 (A ``builder`` field typed as a Union of the dataclasses would not work: OmegaConf cannot type it.)
 Imports no torch and no builder, so composing a config stays cheap.
 """
@@ -19,11 +19,13 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from data_builders.choice import Choice
+from core.choice import Choice
+from core.config import SyntheticDataConfig
+from core.vocab import PAPER_MIX, InterruptionType, ItemForm, PromptShape
 from data_builders.phrasings import PhraseBank
 from data_builders.qc import QcConfig
 from data_builders.questions import QuestionConfig
-from data_builders.visual_prompts import DEFAULT_SHAPES, PromptShape
+from data_builders.visual_prompts import DEFAULT_SHAPES
 
 
 class SourceFormat(Choice):
@@ -34,13 +36,6 @@ class SourceFormat(Choice):
     youcook2 = "youcook2"  # YouCook2 annotations JSON: recipe steps
     ucf_crime = "ucf_crime"  # UCF-Crime temporal anomaly annotations, in frames
     moviechat = "moviechat"  # MovieChat-1K: a directory of per-video JSON files with breakpoint QA
-
-
-class ItemForm(Choice):
-    """How an OVI-Train instance is written (:data:`data_builders.ovi_format.FORMATS`)."""
-
-    open = "open"  # the reaction in words
-    mcq = "mcq"  # four continuations to choose from
 
 
 class TrackFormat(Choice):
@@ -69,19 +64,6 @@ class ExportFormat(Choice):
 
 
 @dataclass
-class SyntheticDataConfig:
-    """The synthetic world and its derived datasets (used by the quickstart and the tests)."""
-
-    root: str = "${output_root}/data/synthetic"  # outputs/data/synthetic by default, for the quickstart too
-    seed: int = 0  # the training world's seed; the evaluation world's is seed + 1
-    train_videos: int = 240  # videos of the training world (V2P SFT, OVI-Train)
-    eval_videos: int = 24  # videos of the evaluation world (the V2P-Bench and OVIBench twins)
-    vp_questions_per_video: int = 6  # visual-prompt questions wanted per video
-    shapes: list[PromptShape] = field(default_factory=lambda: list(DEFAULT_SHAPES))  # drawn from
-    ovi_mix: list[int] = field(default_factory=lambda: [1, 2, 1])  # Cancellation : Correction : False Trigger
-
-
-@dataclass
 class OviTrainBuild:
     """OVI-Train from a source dataset's annotations; see :func:`~data_builders.ovi_train.build_ovi_train`."""
 
@@ -89,8 +71,8 @@ class OviTrainBuild:
     videos: str = MISSING  # directory holding the annotated videos (<key>.mp4 for activitynet)
     out: str = MISSING  # output directory: ovibench.jsonl, videos/, hf/, stats.md, build_info.json
     seed: int = 0  # every random choice of the build
-    # interruption type weights, Cancellation : Correction : False Trigger
-    mix: list[float] = field(default_factory=lambda: [1.0, 2.0, 1.0])
+    # interruption type weights (the paper's 1 : 2 : 1); a type left out weighs 0
+    mix: dict[InterruptionType, float] = field(default_factory=lambda: dict(PAPER_MIX))
     # each instance is written once per form
     forms: list[ItemForm] = field(default_factory=lambda: [ItemForm.open, ItemForm.mcq])
     words_per_second: float = 2.5  # speaking rate that times the interruption
@@ -109,22 +91,15 @@ class OviTrainBuild:
 
 
 @dataclass
-class TypeTargets:
-    """Instances wanted of each interruption type (an instance is written once per form)."""
-
-    cancellation: int = MISSING
-    correction: int = MISSING
-    false_trigger: int = MISSING
-
-
-@dataclass
 class OviSourceBuild:
     """One source of the OVI-Train recipe: its annotations, its videos and how many instances it gives."""
 
     captions: str = MISSING  # annotation file (moviechat: a directory of JSON files); absent: source skipped
     videos: str = MISSING  # directory holding its videos; absent: source skipped
     format: SourceFormat = MISSING  # how `captions` is read
-    targets: TypeTargets = field(default_factory=TypeTargets)  # sampled down to these (never padded)
+    # instances wanted of each interruption type (all three; an instance is written once per form), sampled
+    # down to these, never padded
+    targets: dict[InterruptionType, int] = field(default_factory=dict)
     source_options: dict[str, Any] = field(default_factory=dict)  # the reader's options, as in ovi_train
 
 

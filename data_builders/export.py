@@ -1,4 +1,4 @@
-"""Export our HF datasets of :class:`~data_builders.sample.Sample` rows for LLaMA-Factory and ms-swift.
+"""Export our HF datasets of :class:`~core.sample.Sample` rows for LLaMA-Factory and ms-swift.
 
 Both tools read a conversation as ``messages`` (``role`` / ``content``) whose text holds one
 ``<video>`` / ``<image>`` placeholder per medium, in order, with the media paths in ``videos`` /
@@ -16,7 +16,7 @@ Video spans. Both tools take whole files, but an OVI-Train sample shows two span
 (``[0, t_q]`` with the question, ``(t_q, t_i]`` with the interruption), and giving the whole file
 twice would show the model the future. So every span that is not the whole file is written as its
 own trimmed mp4 under ``<out>/clips/`` (decoded with decord, encoded with
-:func:`~data_builders.video_io.write_mp4`) at ``clip_fps`` frames per second (default 4, above the
+:func:`~core.video_io.write_mp4`) at ``clip_fps`` frames per second (default 4, above the
 2 fps both tools sample Qwen2.5-VL video at) with the longer side at most ``clip_max_side`` px; the
 clip keeps the span's duration. Whole-file spans (all V2P rows) point at the original file.
 
@@ -39,10 +39,10 @@ from typing import Any
 
 import numpy as np
 
+from core.errors import DataError, DecodeError, SettingError
+from core.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
+from core.sample import Part, Sample
 from data_builders.cli_config import ExportBuild, ExportFormat
-from data_builders.errors import DataError, DecodeError, SettingError
-from data_builders.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
-from data_builders.sample import Part, Sample
 
 EXPORT_FORMATS = tuple(fmt.value for fmt in ExportFormat)
 PLACEHOLDERS = {"video": "<video>", "image": "<image>"}
@@ -114,7 +114,7 @@ class ClipWriter:
     ) -> None:
         import decord
 
-        from data_builders.video_io import write_mp4
+        from core.video_io import write_mp4
 
         rate = self.fps or fps
         scale = min(1.0, self.max_side / max(width, height))

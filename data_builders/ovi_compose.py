@@ -32,10 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from core.errors import DataError, DataErrors, SettingError
+from core.files import link_or_copy, read_jsonl, save_samples, write_json_atomic, write_text_atomic
+from core.vocab import PAPER_MIX, InterruptionType
 from data_builders.build import BUILDER_VERSION
 from data_builders.cli_config import OviSourceBuild, OviTrainBuild, OviTrainPaperBuild
-from data_builders.errors import DataError, DataErrors, SettingError
-from data_builders.files import link_or_copy, read_jsonl, save_samples, write_json_atomic, write_text_atomic
 from data_builders.ovi_format import OVI_FILE, load_ovibench, write_ovibench
 from data_builders.phrasings import PHRASINGS_VERSION
 
@@ -43,8 +44,7 @@ SOURCES_DIR = "sources"
 SOURCE_RECORD = "compose_source.json"  # the settings a source's build was made with; written last
 COMPOSITION_MD = "composition.md"
 COMPOSITION_JSON = "composition.json"
-TYPES = ("Cancellation", "Correction", "False Trigger")  # the order of OviTrainBuild.mix
-TARGET_KEYS = dict(zip(TYPES, ("cancellation", "correction", "false_trigger"), strict=True))
+TYPES = tuple(kind.value for kind in PAPER_MIX)  # the paper's Table 3 order: its columns here
 INSTANCE = "one question and its interruption, written once per form"
 
 
@@ -74,7 +74,7 @@ def compose_ovi_train(cfg: OviTrainPaperBuild) -> Path:
     out = Path(cfg.out)
     compositions, rows = [], []
     for name, source in cfg.sources.items():
-        target = {kind: int(getattr(source.targets, TARGET_KEYS[kind])) for kind in TYPES}
+        target = {kind: int(source.targets[InterruptionType(kind)]) for kind in TYPES}
         absent = _absent_input(source, target)
         if absent:
             print(f"{name}: skipped, {absent}", flush=True)
@@ -101,9 +101,14 @@ def _check(cfg: OviTrainPaperBuild) -> None:
     for name, source in cfg.sources.items():
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
             raise SettingError(f"sources.{name}: a source name must be letters, digits, '_', '.' or '-'")
-        for key in TARGET_KEYS.values():
-            if getattr(source.targets, key) < 0:
-                raise SettingError(f"sources.{name}.targets.{key} must not be negative")
+        missing = [kind.name for kind in InterruptionType if kind not in source.targets]
+        if missing:
+            raise SettingError(f"sources.{name}.targets: give {', '.join(missing)} (an instance count each)")
+        for kind, count in source.targets.items():
+            if count < 0:
+                raise SettingError(
+                    f"sources.{name}.targets.{InterruptionType(kind).name} must not be negative"
+                )
 
 
 def _absent_input(source: OviSourceBuild, target: dict[str, int]) -> str:
@@ -125,7 +130,7 @@ def _source_build(
         videos=source.videos,
         out=str(Path(cfg.out) / SOURCES_DIR / name),
         seed=cfg.seed,
-        mix=[float(target[kind]) for kind in TYPES],  # the build's type shares follow the targets
+        mix={InterruptionType(kind): float(target[kind]) for kind in TYPES},  # shares follow the targets
         forms=list(cfg.forms),
         format=source.format,
         source_options=dict(source.source_options),

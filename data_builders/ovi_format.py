@@ -29,7 +29,7 @@ one JSON object per line in ``<root>/ovibench.jsonl``, videos under ``<root>/vid
     source_annotations  optional: the source's own ids of the annotations the question rests on, e.g.
                         [{"qid": 2579, "window": 0}] (QVHighlights), [{"caption": 2}] (ActivityNet)
 
-A row becomes a four-turn :class:`~data_builders.sample.Sample`: question over video [0, t_q],
+A row becomes a four-turn :class:`~core.sample.Sample`: question over video [0, t_q],
 partial answer (no loss: it is given, not predicted), interruption with video (t_q, min(t_i,
 duration)] (none when no frame is new), reaction (the target: ``"B (Correction)"`` for mcq, the
 reference reaction for open).
@@ -42,15 +42,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from data_builders.checks import duplicate_ids, is_list_of, is_number, is_string
-from data_builders.errors import DataErrors
-from data_builders.files import read_jsonl, write_jsonl_atomic
+from core.checks import duplicate_ids, is_list_of, is_number, is_string
+from core.errors import DataErrors
+from core.files import read_jsonl, write_jsonl_atomic
+from core.sample import Part, Sample, Turn
+from core.vocab import INTERRUPTION_TYPES, ITEM_FORMS
 from data_builders.phrasings import BANKS
-from data_builders.sample import Part, Sample, Turn
 
 OVI_FILE = "ovibench.jsonl"
-OVI_TYPES = ("Cancellation", "False Trigger", "Correction")
-FORMATS = ("mcq", "open")
 MCQ_INSTRUCTION = (
     "Choose the best continuation of your answer and name the interruption type (Cancellation, False "
     'Trigger or Correction). Reply with the letter, then the type in parentheses, e.g. "A (Correction)".'
@@ -144,12 +143,13 @@ def check_ovi_row(row: dict[str, Any], number: int) -> list[str]:
         problems.append(f"{where} 'segment': expected [start, end] seconds")
     if problems:
         return problems
-    if row["interruption_type"] not in OVI_TYPES:
-        problems.append(f"{where} 'interruption_type': {row['interruption_type']!r} not in {OVI_TYPES}")
+    if row["interruption_type"] not in INTERRUPTION_TYPES:
+        kind = row["interruption_type"]
+        problems.append(f"{where} 'interruption_type': {kind!r} not in {INTERRUPTION_TYPES}")
     problems += _check_times(row, where)
     problems += _check_optional(row, where)
-    if row["format"] not in FORMATS:
-        problems.append(f"{where} 'format': {row['format']!r} not in {FORMATS}")
+    if row["format"] not in ITEM_FORMS:
+        problems.append(f"{where} 'format': {row['format']!r} not in {ITEM_FORMS}")
     elif row["format"] == "mcq":
         problems += _check_mcq(row, where)
     return problems

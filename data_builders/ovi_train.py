@@ -36,17 +36,18 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from core.errors import DataError, SettingError
+from core.files import crosstab_markdown, link_or_copy, save_samples, write_reports
+from core.vocab import INTERRUPTION_TYPES, ITEM_FORMS, InterruptionType, by_type
 from data_builders.cli_config import OviTrainBuild
-from data_builders.errors import DataError, SettingError
-from data_builders.files import crosstab_markdown, link_or_copy, save_samples, write_reports
-from data_builders.ovi_format import FORMATS, LETTERS, OVI_TYPES, load_ovibench, write_ovibench
+from data_builders.ovi_format import LETTERS, load_ovibench, write_ovibench
 from data_builders.phrasings import BANKS, PHRASINGS_VERSION, PhraseBank, Phrasings
 from data_builders.questions import (
     QA,
@@ -112,19 +113,21 @@ def _pick(options: Sequence[str], rng: np.random.Generator) -> str:
     return options[int(rng.integers(len(options)))]
 
 
-def mix_shares(mix: Sequence[float]) -> dict[str, float]:
-    """Each interruption type's share of a mix of weights (Cancellation, Correction, False Trigger).
+def mix_shares(mix: Mapping[InterruptionType, float]) -> dict[str, float]:
+    """Each interruption type's share of a mix of weights keyed by type (a type left out weighs 0).
 
     Raises:
-        SettingError: not 3 weights, a negative one, or all zero.
+        SettingError: a negative weight, or all zero.
     """
-    if len(mix) != 3:
-        raise SettingError(f"mix needs 3 weights (Cancellation, Correction, False Trigger), got {list(mix)}")
-    weights = dict(zip(("Cancellation", "Correction", "False Trigger"), mix, strict=True))
+    weights = {kind.value: float(weight) for kind, weight in by_type(mix).items()}
     if min(weights.values()) < 0 or sum(weights.values()) <= 0:
-        raise SettingError(f"mix needs non-negative weights, not all zero, got {list(mix)}")
+        raise SettingError(f"mix needs non-negative weights, not all zero, got {_named(mix)}")
     total = sum(weights.values())
-    return {t: weights[t] / total for t in OVI_TYPES}
+    return {kind: weight / total for kind, weight in weights.items()}
+
+
+def _named(mix: Mapping[InterruptionType, float]) -> dict[str, float]:
+    return {InterruptionType(kind).name: weight for kind, weight in mix.items()}
 
 
 def _choose_type(
@@ -196,7 +199,8 @@ def _instance(
     t_q = round(scene.qa.end, 3)
     t_i = round(t_q + delay, 3)  # may pass the video's end: the user interrupts after the last frame
     corrected = _corrected_qa(scene, t_i, rng)
-    kind = _choose_type([t for t in OVI_TYPES if t != "Correction" or corrected], shares, tally.types, rng)
+    possible = [t for t in INTERRUPTION_TYPES if t != InterruptionType.correction or corrected]
+    kind = _choose_type(possible, shares, tally.types, rng)
     if kind is None:
         return None
     phrasing = _phrasing(kind, cfg, tally)
@@ -346,8 +350,8 @@ def _annotations(scene: _Scene) -> list[dict[str, Any]]:
 
 
 def _check_settings(cfg: OviTrainBuild) -> None:
-    if not set(cfg.forms) <= set(FORMATS) or not cfg.forms:
-        raise SettingError(f"forms must be a non-empty subset of {FORMATS}, got {[*map(str, cfg.forms)]}")
+    if not set(cfg.forms) <= set(ITEM_FORMS) or not cfg.forms:
+        raise SettingError(f"forms must be a non-empty subset of {ITEM_FORMS}, got {[*map(str, cfg.forms)]}")
     if cfg.words_per_second <= 0 or cfg.min_spoken_s < 0:
         raise SettingError(
             f"words_per_second must be positive and min_spoken_s not negative, got {cfg.words_per_second}, "

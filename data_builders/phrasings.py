@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from data_builders.choice import Choice
+from core.choice import Choice
 
 PHRASINGS_VERSION = 1
 

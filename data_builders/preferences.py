@@ -18,7 +18,7 @@ partial answer, interruption with its new frames) and teach the reaction itself.
 in its own form (options shown; chosen ``"B (Correction)"``, rejected each wrong option's letter with the
 type; ids ``<instance>-mcq-<error>``), so the answer format the benchmarks score stays in the preference data.
 
-Stored as an HF dataset of rows: a :class:`~data_builders.sample.Sample` row ending with the chosen
+Stored as an HF dataset of rows: a :class:`~core.sample.Sample` row ending with the chosen
 reaction, plus ``rejected``, ``error``, ``behaviour`` and ``source_rows`` (provenance: the OVI row ids).
 KTO trains on the same pairs unpaired (:func:`unpaired`): each right reaction once, each wrong one once, each
 a conversation ending with it and labelled desirable or not.
@@ -33,10 +33,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from data_builders.cli_config import ExportBuild
-from data_builders.errors import DataError, DecodeError
-from data_builders.export import EXPORT_INFO_FILE, ClipWriter, ExportResult, conversation, is_pairs, read_rows
-from data_builders.files import (
+from core.errors import DataError, DecodeError
+from core.files import (
     atomic_dir,
     crosstab_markdown,
     write_json_atomic,
@@ -44,9 +42,11 @@ from data_builders.files import (
     write_reports,
     write_text_atomic,
 )
+from core.sample import Part, Sample, Turn
+from data_builders.cli_config import ExportBuild
+from data_builders.export import EXPORT_INFO_FILE, ClipWriter, ExportResult, conversation, is_pairs, read_rows
 from data_builders.ovi_format import LETTERS
 from data_builders.phrasings import BANKS
-from data_builders.sample import Part, Sample, Turn
 
 # The right reaction's behaviour where it is one of the four (a Correction's is the new answer).
 RIGHT_BEHAVIOUR = {"Cancellation": "stopped", "False Trigger": "continued"}

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from data_builders.errors import SettingError
-from data_builders.text_models import TextModel, TextModelConfig, TextModelError, make_text_model
+from core.errors import SettingError
+from core.text_models import TextModel, TextModelConfig, TextModelError, make_text_model
 from data_builders.v2p_format import parse_options, render_question
 
 _IDS_IN_STATS = 20  # removed ids listed in stats.md per step; build_info.json has them all
@@ -43,7 +43,7 @@ _IDS_IN_STATS = 20  # removed ids listed in stats.md per step; build_info.json h
 @dataclass
 class BlindModelConfig(TextModelConfig):
     """One blind-filter model (``builder.qc.blind.first.*``, ``builder.qc.blind.second.*``): the keys of
-    a text model, :mod:`data_builders.text_models`; ``backend: none`` leaves it out."""
+    a text model, :mod:`core.text_models`; ``backend: none`` leaves it out."""
 
     max_tokens: int = 16  # a letter, perhaps with a few words
 

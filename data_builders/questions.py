@@ -21,7 +21,7 @@ Every backend asks a caption's own question (MovieChat's breakpoint QA) as the s
 
 Model replies are parsed (the first JSON object in the reply) and validated; an invalid reply is
 asked again, up to ``attempts`` tries, each time saying what was wrong. Replies are cached in a JSONL
-file (:class:`~data_builders.files.JsonlStore`), one line per segment appended as soon as it is made,
+file (:class:`~core.files.JsonlStore`), one line per segment appended as soon as it is made,
 keyed by the sha1 of (backend identity, :data:`PROMPT_VERSION`, video id, segment, caption text): a
 rerun after a crash asks only for what is missing, and a last line a kill cut short is skipped and its
 segment asked again. A segment whose replies stayed invalid is cached as failed (a rerun does not ask
@@ -52,10 +52,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from data_builders.errors import DecodeError, SettingError
-from data_builders.files import JsonlStore
-from data_builders.sources.captions import Caption, CaptionedVideo
-from data_builders.text_models import (
+from core.errors import DecodeError, SettingError
+from core.files import JsonlStore
+from core.text_models import (
     EndpointConfig,
     TextBackend,
     TextModel,
@@ -63,6 +62,7 @@ from data_builders.text_models import (
     TextModelError,
     make_text_model,
 )
+from data_builders.sources.captions import Caption, CaptionedVideo
 
 # Part of every cache key: bump it when the prompt or the reply checks change.
 PROMPT_VERSION = 1
@@ -91,7 +91,7 @@ _KIND_ORDER = {"source": 0, "generated": 1, "object": 2} | {kind: 1 for kind in 
 @dataclass
 class QuestionConfig(TextModelConfig):
     """Question generation (``builder.questions.*``): the keys of a text model
-    (:mod:`data_builders.text_models`; ``backend: none`` asks template questions, no model) and these."""
+    (:mod:`core.text_models`; ``backend: none`` asks template questions, no model) and these."""
 
     endpoint: EndpointConfig = field(default_factory=lambda: EndpointConfig(timeout_s=120.0))
     cache: str | None = None  # JSONL cache; None: <out>/question_cache.jsonl (model backends only)
@@ -499,8 +499,8 @@ class ModelQuestions:
     """One generated question per segment from a text model (endpoint or local), cached.
 
     Args:
-        model: answers prompts (:class:`~data_builders.text_models.TextModel`); with ``config.frames``
-            > 0 it must also have ``chat`` (:class:`~data_builders.text_models.EndpointTextModel`).
+        model: answers prompts (:class:`~core.text_models.TextModel`); with ``config.frames``
+            > 0 it must also have ``chat`` (:class:`~core.text_models.EndpointTextModel`).
         config: frames sent per segment, tries, retrying failed segments, and ``endpoint.workers``:
             requests in flight at once in :meth:`prefetch` (1: none ahead of ``generate``).
         cache: where generated questions are kept (``None``: in memory only).
@@ -669,7 +669,8 @@ class ModelQuestions:
         """``frames`` frames of the segment as ``data:image/jpeg;base64`` URLs."""
         from PIL import Image
 
-        from data_builders.media import MediaSpec, decode_span
+        from core.decoding import MediaSpec
+        from core.media import decode_span
 
         if video_path is None:
             raise SettingError("questions.frames > 0 needs the video file")

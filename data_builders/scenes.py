@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from data_builders.errors import DecodeError, SettingError
+from core.errors import DecodeError, SettingError
 from data_builders.sources.captions import CaptionedVideo
 
 DEFAULT_THRESHOLD = 27.0  # PySceneDetect's default for ContentDetector

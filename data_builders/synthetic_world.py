@@ -15,8 +15,8 @@ import numpy as np
 from PIL import Image, ImageDraw
 from tqdm import tqdm
 
-from data_builders.files import write_json_atomic
-from data_builders.video_io import write_mp4
+from core.files import write_json_atomic
+from core.video_io import write_mp4
 
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (220, 50, 50),

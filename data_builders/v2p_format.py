@@ -3,7 +3,7 @@
 One question per line. ``question`` holds the question, the option lines ``A: ...`` (sometimes two
 spaces after the colon) and a fixed instruction line; ``frame_path`` is a string or a list of
 visual-prompt frames. The loader validates every row first and reports all bad rows at once, then
-turns each row into a :class:`~data_builders.sample.Sample`.
+turns each row into a :class:`~core.sample.Sample`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from data_builders.checks import duplicate_ids, is_list_of, is_string
-from data_builders.errors import DataErrors
-from data_builders.files import read_jsonl, write_jsonl_atomic
-from data_builders.sample import Part, Sample, Turn
+from core.checks import duplicate_ids, is_list_of, is_string
+from core.errors import DataErrors
+from core.files import read_jsonl, write_jsonl_atomic
+from core.sample import Part, Sample, Turn
 
 RELEASE_FILE = "dataset_info.jsonl"
 INSTRUCTION = (

@@ -18,26 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from data_builders.choice import Choice
+from core.vocab import PROMPT_SHAPES, PromptShape
 
 Box = tuple[float, float, float, float]
 Points = list[tuple[float, float]]
 
 
-class PromptShape(Choice):
-    """The 8 visual-prompt shapes of V2P-Bench."""
-
-    rectangle = "rectangle"
-    ellipse = "ellipse"
-    triangle = "triangle"
-    mask_contour = "mask_contour"  # a ring around the object's mask (its box's ellipse without one)
-    scribble = "scribble"
-    point = "point"
-    arrow = "arrow"
-    som = "som"  # a Set-of-Mark number tag
-
-
-SHAPES = tuple(shape.value for shape in PromptShape)
+SHAPES = PROMPT_SHAPES
 # The shapes a build draws unless told otherwise: all 8, as V2P-Bench's prompts take.
 DEFAULT_SHAPES = tuple(PromptShape)
 

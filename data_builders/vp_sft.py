@@ -41,12 +41,12 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
+from core.errors import DataError, DecodeError, SettingError
+from core.files import atomic_path, crosstab_markdown, link_or_copy, save_samples, write_reports
+from core.text_models import TextModel
 from data_builders.cli_config import QuestionKind, VpSftBuild
-from data_builders.errors import DataError, DecodeError, SettingError
-from data_builders.files import atomic_path, crosstab_markdown, link_or_copy, save_samples, write_reports
 from data_builders.qc import QcStep, make_blind_models, qc_markdown, run_qc
 from data_builders.sources.tracks import TRACK_FORMATS, frames_visible, load_generic_track, read_tracks
-from data_builders.text_models import TextModel
 from data_builders.v2p_format import DIMENSIONS, load_v2p_release, render_question, write_v2p_release
 from data_builders.visual_prompts import (
     PROMPT_COLOURS,

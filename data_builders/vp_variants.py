@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_builders.errors import DataError
-from data_builders.files import read_json_object, read_jsonl
+from core.errors import DataError
+from core.files import read_json_object, read_jsonl
 from data_builders.v2p_format import RELEASE_FILE
 
 # Attribute sets tried in order: the fullest description first, then ones that leave out a word that

@@ -16,9 +16,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from core.cli import run_cli
 from core.config import EvalRunConfig, register_configs
 from core.rundir import RunDir
-from data_builders.cli import run_cli
 
 register_configs()
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import re
 
-INTERRUPTION_TYPES = ("Cancellation", "False Trigger", "Correction")
-
 _THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|\Z)", re.IGNORECASE | re.DOTALL)
 _THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
 

@@ -20,11 +20,11 @@ import json
 import sys
 from pathlib import Path
 
+from core.cli import run_cli
+from core.errors import DataError
+from core.files import JsonlStore
 from core.metric_logging import MetricLogger, NullLogger, make_logger
 from core.rundir import RunDir
-from data_builders.cli import run_cli
-from data_builders.errors import DataError
-from data_builders.files import JsonlStore
 from eval.benchmarks import BENCHMARKS, WEIGHTING
 from eval.report import write_report
 from eval.scored import ANY_JUDGE, scored_records

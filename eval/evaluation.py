@@ -21,12 +21,13 @@ from typing import Any
 
 from core import distributed
 from core.config import EvalConfig, RunConfig
+from core.decoding import MediaSpec
+from core.errors import ConfigError
+from core.files import JsonlStore, write_json_atomic
+from core.media import FrameCache, check_media
 from core.metric_logging import MetricLogger
 from core.rundir import RunDir
-from data_builders.errors import ConfigError
-from data_builders.files import JsonlStore, write_json_atomic
-from data_builders.media import FrameCache, MediaSpec, check_media
-from data_builders.sample import Sample
+from core.sample import Sample
 from eval.benchmarks import BENCHMARKS
 from eval.benchmarks.base import Benchmark
 from eval.benchmarks.diagnostics import summary_entry

@@ -22,8 +22,8 @@ from tqdm import tqdm
 
 from core import distributed
 from core.config import EvalConfig, OviProtocol
-from data_builders.files import JsonlStore
-from data_builders.sample import Sample
+from core.files import JsonlStore
+from core.sample import Sample
 from eval.benchmarks.base import Benchmark
 from eval.ovi_simulation import simulate_interruption
 from eval.results_cache import ResultsCache

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from data_builders.ovi_format import OVI_TYPES
+from core.vocab import INTERRUPTION_TYPES
 from eval.benchmarks import BENCHMARKS
 from eval.preference import delta_points
 from eval.summary import is_graded
@@ -43,7 +43,7 @@ def _preference_lines(entry: dict | None, first: str, last: str | None) -> list[
     if not base:
         return []
     lines = []
-    for group in ("overall", *OVI_TYPES):
+    for group in ("overall", *INTERRUPTION_TYPES):
         if group not in base:
             continue
         shown = f"{100 * base[group]['accuracy']:.1f}%"

@@ -7,7 +7,7 @@ of times with backoff; every judgement keeps its raw reply, parse status and jud
 that could not be judged has score None and is counted apart, never averaged in as a zero; judgements
 are cached by (judge, rubric version, metric, prompt) so a re-run costs nothing.
 
-The judge is any text model (``data_builders.text_models``: an OpenAI-compatible endpoint or a local
+The judge is any text model (``core.text_models``: an OpenAI-compatible endpoint or a local
 model). API keys are read from the environment at request time and are never stored, logged or cached.
 """
 
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_builders.files import JsonlStore
-from data_builders.text_models import TextModel, TextModelError
+from core.files import JsonlStore
+from core.text_models import TextModel, TextModelError
 from eval.answers import interruption_type_named, strip_thinking
 from eval.rubrics import (
     BINARY,

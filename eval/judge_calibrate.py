@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from data_builders.files import write_json_atomic
-from data_builders.text_models import EndpointConfig, TextBackend, TextModelConfig, make_text_model
+from core.files import write_json_atomic
+from core.text_models import EndpointConfig, TextBackend, TextModelConfig, make_text_model
 from eval.judge import Judge, calibrate
 
 # Seed 003, Table 1: the lowest MAE any judge reached per metric (VES: Qwen3-VL-30B-A3B; the others:

@@ -13,8 +13,8 @@ from typing import Any
 from tqdm import tqdm
 
 from core.config import JudgeConfig
-from data_builders.errors import ConfigError
-from data_builders.text_models import TextBackend, make_text_model
+from core.errors import ConfigError
+from core.text_models import TextBackend, make_text_model
 from eval.benchmarks.base import Benchmark
 from eval.judge import UNJUDGED, Judge
 from eval.rubrics import APPLIES_TO, METRICS, RUBRIC_VERSION, get_metric

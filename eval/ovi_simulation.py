@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from data_builders.sample import Part, Sample, Turn
+from core.sample import Part, Sample, Turn
 from eval.greedy import GreedyDecoder
 from models.chat import Rendered, VideoChatAdapter
 

@@ -27,11 +27,12 @@ import numpy as np
 
 from core import distributed
 from core.config import RunConfig, StageMethod, TrainConfig
+from core.errors import ConfigError
+from core.files import JsonlStore
+from core.media import FrameCache, check_media
 from core.rundir import RunDir
-from data_builders.errors import ConfigError
-from data_builders.files import JsonlStore
-from data_builders.media import FrameCache, check_media
-from data_builders.ovi_format import FORMATS, OVI_TYPES, load_ovibench
+from core.vocab import INTERRUPTION_TYPES, ITEM_FORMS
+from data_builders.ovi_format import load_ovibench
 from data_builders.preferences import PreferencePair, pairs_from_samples
 from eval.stats import paired_bootstrap
 from models.chat import VideoChatAdapter
@@ -136,9 +137,9 @@ def preference_metrics(
     ``beta`` reward accuracy and margin) overall, per interruption type and per form; ``records`` and
     ``reference`` in the same pair order."""
     groups = {"overall": list(range(len(records)))}
-    for kind in OVI_TYPES:
+    for kind in INTERRUPTION_TYPES:
         groups[kind] = [i for i, r in enumerate(records) if r["type"] == kind]
-    for form in FORMATS:  # open: the reaction itself; mcq: the answer letter and type
+    for form in ITEM_FORMS:  # open: the reaction itself; mcq: the answer letter and type
         groups[f"{form} form"] = [i for i, r in enumerate(records) if r.get("form") == form]
     metrics = {}
     for group, index in groups.items():

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from data_builders.files import atomic_path
+from core.files import atomic_path
 from eval.rubrics import ALL_TYPES, METRICS
 from eval.summary import is_graded, reference_name
 

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from core.files import write_text_atomic
 from core.rundir import RunDir
-from data_builders.files import write_text_atomic
 from eval.benchmarks import BENCHMARKS
 from eval.benchmarks.diagnostics import DESCRIPTIONS
 from eval.benchmarks.v2p import DURATIONS

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from data_builders.files import JsonlStore, write_json_atomic
-from data_builders.sample import Sample
+from core.files import JsonlStore, write_json_atomic
+from core.sample import Sample
 
 _CHUNK = 1 << 24  # 16 MiB per read while hashing
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")

@@ -6,11 +6,12 @@ import warnings
 from dataclasses import replace
 from pathlib import Path
 
-from core.config import EvalRunConfig, PeftMethod, resolve_synthetic_data
+from core.config import EvalRunConfig, PeftMethod
+from core.errors import ConfigError
+from core.media import FrameCache
 from core.metric_logging import logger_for_run
 from core.rundir import RunDir
-from data_builders.errors import ConfigError
-from data_builders.media import FrameCache
+from data_builders.build import with_synthetic_data
 from eval.evaluation import Evaluation
 from eval.preference import scores_pairs
 from eval.served import served_weights, serving
@@ -26,7 +27,7 @@ def run(cfg: EvalRunConfig) -> dict:
     """
     checkpoint = Path(cfg.checkpoint) if cfg.checkpoint else None
     quantized = checkpoint is not None and adopt_run_settings(cfg, checkpoint)
-    resolve_synthetic_data(cfg)
+    cfg = with_synthetic_data(cfg)
     run_dir = RunDir(cfg.run_dir)
     run_dir.path.mkdir(parents=True, exist_ok=True)
     cache = FrameCache(cfg.data.frame_cache)

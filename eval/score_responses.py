@@ -22,9 +22,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from data_builders.checks import is_number
-from data_builders.errors import DataError, DataErrors
-from data_builders.files import read_jsonl, write_json_atomic
+from core.checks import is_number
+from core.errors import DataError, DataErrors
+from core.files import read_jsonl, write_json_atomic
 from data_builders.v2p_format import DIMENSIONS, parse_options
 from eval.benchmarks.shapes import UNKNOWN
 from eval.benchmarks.v2p import CATEGORY_ORDER, MEDIUM_MAX_S, SHORT_MAX_S, V2P

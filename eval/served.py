@@ -34,11 +34,12 @@ from typing import Any
 import numpy as np
 
 from core.config import ModelConfig, OviProtocol, RunConfig, ServerConfig, VideoTransport
+from core.decoding import Clip
+from core.files import atomic_dir, atomic_path
+from core.media import load_image, span_specs
 from core.rundir import RunDir
-from data_builders.files import atomic_dir, atomic_path
-from data_builders.media import Clip, load_image, span_specs
-from data_builders.sample import Part, Sample, Turn
-from data_builders.text_models import EndpointTextModel, TextModelConfig
+from core.sample import Part, Sample, Turn
+from core.text_models import EndpointTextModel, TextModelConfig
 from eval.ovi_simulation import interruption_cut
 from eval.server_process import launched_server
 from models.chat import VideoChatAdapter

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from data_builders.errors import SettingError
+from core.errors import SettingError
 
 _LOG_TAIL = 2000  # characters of the server's log quoted when it fails to start
 _STOP_GRACE_S = 15.0

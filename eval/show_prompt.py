@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.config import EvalRunConfig, OviProtocol, resolve_synthetic_data
-from data_builders.errors import ConfigError
-from data_builders.media import FrameCache
-from data_builders.sample import Sample
+from core.config import EvalRunConfig, OviProtocol
+from core.errors import ConfigError
+from core.media import FrameCache
+from core.sample import Sample
+from data_builders.build import with_synthetic_data
 from eval.benchmarks import BENCHMARKS
 from eval.ovi_simulation import interruption_cut, prepare_inputs
 from eval.run import adopt_run_settings
@@ -31,7 +32,7 @@ def show_prompt(cfg: EvalRunConfig, item_id: str) -> str:
     """
     if cfg.checkpoint:
         adopt_run_settings(cfg, Path(cfg.checkpoint))
-    resolve_synthetic_data(cfg)
+    cfg = with_synthetic_data(cfg)
     found = _find(cfg, item_id)
     chat = make_adapter(
         cfg.model.family,

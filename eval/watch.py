@@ -23,12 +23,12 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from core.cli import run_cli
 from core.config import EvalMode, PeftMethod, TrainConfig, VideoTransport
+from core.errors import ConfigError
+from core.media import FrameCache
 from core.metric_logging import make_watcher_logger
 from core.rundir import BASELINE, RunDir, checkpoint_step
-from data_builders.cli import run_cli
-from data_builders.errors import ConfigError
-from data_builders.media import FrameCache
 from eval.evaluation import Evaluation
 from eval.headline import headline
 from eval.served import served_weights, serving

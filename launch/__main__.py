@@ -18,7 +18,7 @@ from pathlib import Path
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from data_builders.files import write_text_atomic
+from core.files import write_text_atomic
 from launch.commands import dry_run_text, expand_env, launch_argv, sbatch_script, shell_join
 from launch.config import Launch, LauncherKind, LaunchError, compose_launch
 

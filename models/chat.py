@@ -22,9 +22,10 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 
 from core.config import ChatFormatVariant
-from data_builders.errors import ConfigError
-from data_builders.media import FrameCache, MediaSpec, load_image, span_specs
-from data_builders.sample import Part, Sample, Turn
+from core.decoding import MediaSpec
+from core.errors import ConfigError
+from core.media import FrameCache, load_image, span_specs
+from core.sample import Part, Sample, Turn
 
 IGNORE_INDEX = -100
 # Bump when VideoChatAdapter.render changes how it writes a conversation (the formats' fields are hashed
@@ -112,7 +113,7 @@ class VideoChatAdapter:
         cache: the frame cache shared by training and evaluation.
         chat: the family's chat format (``chat_format_for(family, variant)``); Qwen2.5-VL's by default.
         follow_on: sample a later span of a video the sample already showed (an OVI interruption's clip)
-            at its first span's frame rate (``data_builders.media.follow_on_spec``); False for a family
+            at its first span's frame rate (``core.media.follow_on_spec``); False for a family
             whose processor needs one frame count for every span.
     """
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from core.config import ModelConfig
-from data_builders.errors import ConfigError
+from core.errors import ConfigError
 from models.rope import use_released_positions
 
 
@@ -182,7 +182,7 @@ def save_merged(cfg: ModelConfig, adapter: Path, out: Path) -> None:
     processor and chat template: a whole checkpoint any loader or server takes. Written atomically."""
     from peft import PeftModel
 
-    from data_builders.files import atomic_dir
+    from core.files import atomic_dir
 
     model, processor = load_model(cfg)
     merged = PeftModel.from_pretrained(model, adapter).merge_and_unload()

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from core.sample import Sample
 from data_builders.preferences import LabelledReaction, PreferencePair
-from data_builders.sample import Sample
 from models.chat import IGNORE_INDEX, VideoChatAdapter
 
 # Inputs with one entry per token: KTO's KL rows have their own (``KL_<key>``, the names TRL reads); the

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from core.config import Tower, TrainerConfig
-from data_builders.errors import ConfigError
+from core.errors import ConfigError
 from models.towers import TOWER_PREFIXES, family_of
 
 

@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from data_builders.files import atomic_dir
+from core.files import atomic_dir
 
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava_onevision", "internvl")
 
@@ -341,7 +341,7 @@ def build_tiny_checkpoint(
     """
     from filelock import FileLock
 
-    from data_builders.errors import ConfigError
+    from core.errors import ConfigError
 
     if family not in _BUILDERS:
         raise ConfigError(f"model.family={family!r} is not one of {', '.join(FAMILIES)}")

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import torch
 
 from core.config import Tower
-from data_builders.errors import ConfigError
+from core.errors import ConfigError
 
 _LANGUAGE_MODEL = ("model.language_model", "lm_head")  # embeddings live inside model.language_model
 _QWEN_VL = {

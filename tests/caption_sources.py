@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from core.video_io import write_mp4
 from data_builders.cli_config import OviTrainBuild
-from data_builders.video_io import write_mp4
 
 DURATION = 12.0
 COLOURS = ("red", "green", "blue", "yellow")

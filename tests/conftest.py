@@ -122,7 +122,8 @@ def adapter(tiny_checkpoint, tmp_path_factory):
     """The tiny checkpoint's chat adapter, 4 frames a video."""
     from transformers import AutoProcessor
 
-    from data_builders.media import FrameCache, MediaSpec
+    from core.decoding import MediaSpec
+    from core.media import FrameCache
     from models.chat import make_adapter
 
     media, cache = MediaSpec(num_frames=4), FrameCache(tmp_path_factory.mktemp("cache"))

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data_builders import media
-from data_builders.media import FrameCache, MediaSpec
-from data_builders.sample import Part, Sample, Turn
-from data_builders.video_io import write_mp4
+from core import media
+from core.decoding import MediaSpec
+from core.media import FrameCache
+from core.sample import Part, Sample, Turn
+from core.video_io import write_mp4
 from models.chat import IGNORE_INDEX, VideoChatAdapter
 
 

@@ -13,12 +13,13 @@ from release_rows import ovi_mcq, ovi_row, v2p_row
 from release_rows import v2p_question as _question
 from release_rows import write_v2p_rows as write_v2p
 
-from data_builders.errors import DataErrors, DecodeError
-from data_builders.media import MediaSpec, decode_span
+from core.decoding import MediaSpec
+from core.errors import DataErrors, DecodeError
+from core.media import decode_span
+from core.video_io import write_mp4
 from data_builders.ovi_format import load_ovibench
 from data_builders.sources.activitynet import load_activitynet_captions
 from data_builders.v2p_format import load_v2p_release
-from data_builders.video_io import write_mp4
 
 # ---------------------------------------------------------------------------------------------------
 # Videos: every decode failure names the file and why.
@@ -65,10 +66,10 @@ def test_hung_decode_is_quarantined_and_the_next_sample_decodes(tmp_path):
     import os
     import signal
 
+    from core import decode_worker
+    from core.media import FrameCache, check_media
     from core.rundir import reason_counts
-    from data_builders import decode_worker
-    from data_builders.media import FrameCache, check_media
-    from data_builders.sample import Part, Sample, Turn
+    from core.sample import Part, Sample, Turn
 
     video = _good_mp4(tmp_path / "stalls.mp4")
     turns = [Turn("user", [Part.video(str(video), 0.0, 2.0), Part.txt("What moves?")])]
@@ -227,7 +228,7 @@ def test_misspelt_override_fails_at_compose_time_naming_the_key(compose):
 
 
 def test_a_training_directory_that_is_not_a_saved_dataset_is_named(tmp_path):
-    from data_builders.errors import DataError
+    from core.errors import DataError
     from train.data import load_samples
 
     (tmp_path / "v2p_sft").mkdir()

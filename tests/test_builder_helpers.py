@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from data_builders.checks import duplicate_ids, is_list_of, is_number, is_string
-from data_builders.cli import run_cli
-from data_builders.errors import DataError, SettingError
-from data_builders.files import (
+from core.checks import duplicate_ids, is_list_of, is_number, is_string
+from core.cli import run_cli
+from core.errors import DataError, SettingError
+from core.files import (
     atomic_dir,
     atomic_path,
     crosstab_markdown,
@@ -67,8 +67,8 @@ def test_an_atomic_directory_replaces_the_old_one_whole_or_not_at_all(tmp_path: 
 def test_a_failed_dataset_save_keeps_the_previous_dataset(tmp_path: Path, monkeypatch):
     import datasets
 
-    from data_builders.files import save_samples
-    from data_builders.sample import Part, Sample, Turn
+    from core.files import save_samples
+    from core.sample import Part, Sample, Turn
     from train.data import load_samples
 
     def sample(n: int) -> Sample:
@@ -159,9 +159,9 @@ def test_run_cli_prints_user_errors_as_one_line(capsys):
 
 
 def test_a_synthetic_build_with_other_settings_is_never_deleted_silently(tmp_path):
+    from core.errors import SettingError
     from data_builders.build import build_synthetic
     from data_builders.cli_config import SyntheticDataConfig
-    from data_builders.errors import SettingError
 
     root = tmp_path / "synthetic"
     build_synthetic(
@@ -176,7 +176,7 @@ def test_a_synthetic_build_with_other_settings_is_never_deleted_silently(tmp_pat
 
 
 def test_a_jsonl_line_cut_by_a_kill_is_skipped_and_ended_before_the_next_append(tmp_path):
-    from data_builders.files import JsonlStore
+    from core.files import JsonlStore
 
     store = JsonlStore(tmp_path / "store.jsonl")
     store.append([{"id": "a", "v": 1}, {"id": "b", "v": 2}])

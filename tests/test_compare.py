@@ -61,7 +61,7 @@ def test_second_minus_first_with_paired_interval_and_mcnemar(tmp_path):
 
 
 def test_models_evaluated_under_other_settings_are_refused_or_flagged(tmp_path):
-    from data_builders.errors import DataError
+    from core.errors import DataError
 
     _write(tmp_path / "a", [0] * 10)
     _write(tmp_path / "b", [1] * 10, media="m2", chat_format="c2", setting="s2")  # another media spec

@@ -17,7 +17,9 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from data_builders.choice import Choice
+from core.choice import Choice
+from core.video_io import write_mp4
+from core.vocab import ITEM_FORMS
 from data_builders.cli_config import (
     BUILDER_SCHEMAS,
     ItemForm,
@@ -28,11 +30,9 @@ from data_builders.cli_config import (
     VpSftBuild,
     register_configs,
 )
-from data_builders.ovi_format import FORMATS
 from data_builders.ovi_train import mix_shares
 from data_builders.sources import SOURCES
 from data_builders.sources.tracks import TRACK_FORMATS
-from data_builders.video_io import write_mp4
 from data_builders.visual_prompts import PROMPT_NOUNS, PromptShape
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -189,7 +189,7 @@ def test_a_value_outside_a_closed_choice_fails_at_compose(composer, overrides: l
     [
         (SourceFormat, SOURCES),  # the readers OVI-Train looks up by builder.format
         (TrackFormat, TRACK_FORMATS),  # the readers VP SFT looks up by builder.format
-        (ItemForm, FORMATS),  # the forms OVIBench rows may take
+        (ItemForm, ITEM_FORMS),  # the forms OVIBench rows may take
         (PromptShape, PROMPT_NOUNS),  # the shapes visual_prompts draws and names
     ],
 )

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from core.config import DataConfig
-from data_builders.errors import ConfigError
-from data_builders.files import save_samples
-from data_builders.media import FrameCache, MediaSpec
-from data_builders.sample import Part, Sample, Turn
+from core.decoding import MediaSpec
+from core.errors import ConfigError
+from core.files import save_samples
+from core.media import FrameCache
+from core.sample import Part, Sample, Turn
 from train.data import dataset_shares, load_samples, mix_datasets, mixed_counts, training_set
 
 

@@ -21,10 +21,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_builders import decode_worker
-from data_builders.errors import DecodeError
-from data_builders.media import MediaSpec, decode_span
-from data_builders.video_io import write_mp4
+from core import decode_worker
+from core.decoding import MediaSpec
+from core.errors import DecodeError
+from core.media import decode_span
+from core.video_io import write_mp4
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc; dies-with-parent is Linux's")
 
@@ -125,7 +126,7 @@ def test_the_child_dies_with_its_parent_even_when_hung():
         [
             sys.executable,
             "-c",
-            "import time; from data_builders import decode_worker; "
+            "import time; from core import decode_worker; "
             "print(decode_worker.worker().pid, flush=True); time.sleep(600)",
         ],
         cwd=REPO,

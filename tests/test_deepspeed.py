@@ -22,7 +22,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from core.config import EvalConfig, TrainerConfig, register_configs
-from data_builders.errors import ConfigError
+from core.errors import ConfigError
 from train.deepspeed import deepspeed_config
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from wandb_records import history
 
-from data_builders.sample import Part, Sample, Turn
+from core.sample import Part, Sample, Turn
 from data_builders.v2p_format import INSTRUCTION, load_v2p_release, render_question
 from data_builders.vp_variants import Target, target_phrase
 from eval.benchmarks import BENCHMARKS
@@ -174,9 +174,10 @@ def test_refusal_rate_and_hack_ratio_by_duration_bucket_by_hand():
 )
 def test_bad_diagnostics_settings_fail_before_anything_loads(benchmarks, message, tmp_path):
     from core.config import EvalConfig
+    from core.decoding import MediaSpec
+    from core.errors import ConfigError
+    from core.media import FrameCache
     from core.rundir import RunDir
-    from data_builders.errors import ConfigError
-    from data_builders.media import FrameCache, MediaSpec
     from eval.evaluation import load_suites
 
     with pytest.raises(ConfigError, match=message):

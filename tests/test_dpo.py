@@ -14,7 +14,8 @@ import test_resume as resume
 import torch
 
 from core.config import ModelConfig, PeftConfig, TrainerConfig
-from data_builders.media import FrameCache, MediaSpec
+from core.decoding import MediaSpec
+from core.media import FrameCache
 from data_builders.ovi_format import load_ovibench
 from data_builders.preferences import pairs_from_samples
 from models.chat import VideoChatAdapter
@@ -228,8 +229,8 @@ def test_full_fine_tuning_gets_a_frozen_reference_and_lora_none(compose, tiny_ch
 
 
 def test_start_from_must_be_a_checkpoint_directory(compose, tmp_path):
+    from core.errors import ConfigError
     from core.rundir import RunDir
-    from data_builders.errors import ConfigError
     from train.dpo import resolve_start
 
     cfg = compose("train", "+exp=quickstart_dpo", f"stage.start_from={tmp_path / 'missing'}")
@@ -243,8 +244,8 @@ def test_start_from_must_be_a_checkpoint_directory(compose, tmp_path):
 
 
 def test_pair_forms_select_the_training_pairs(compose, synthetic_build, tmp_path):
+    from core.errors import ConfigError
     from core.rundir import RunDir
-    from data_builders.errors import ConfigError
     from train.dpo import preference_dataset
 
     cfg = compose(

@@ -61,9 +61,10 @@ def _evaluate(cfg, run_dir: Path, weights: Weights, media=None, kill_after: int 
 
     import eval.generation
     from core.config import EvalRunConfig, ModelConfig
+    from core.decoding import MediaSpec
+    from core.media import FrameCache
     from core.metric_logging import NullLogger
     from core.rundir import RunDir
-    from data_builders.media import FrameCache, MediaSpec
     from eval.evaluation import Evaluation
     from models.chat import make_adapter
     from models.loading import load_model
@@ -117,7 +118,7 @@ def test_the_same_untuned_base_in_two_runs_is_evaluated_once(base_and_adapters, 
 
 @pytest.mark.slow
 def test_other_weights_or_other_media_are_evaluated_again(base_and_adapters, cfg, tmp_path):
-    from data_builders.media import MediaSpec
+    from core.decoding import MediaSpec
 
     base, adapters, _ = base_and_adapters
     _evaluate(cfg, tmp_path / "run_a", Weights(base, adapters / "adapter-0"))
@@ -182,7 +183,7 @@ def test_a_lora_checkpoint_is_identified_by_its_adapter_not_by_where_its_base_la
 
 
 def test_a_changed_item_or_a_replaced_video_changes_the_item_fingerprint(tmp_path):
-    from data_builders.sample import Part, Sample, Turn
+    from core.sample import Part, Sample, Turn
 
     video = tmp_path / "v.mp4"
     video.write_bytes(b"video")

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from core.errors import SettingError
+from core.files import save_samples
+from core.sample import Part, Sample, Turn
+from core.video_io import read_all_frames, write_mp4
 from data_builders.cli_config import ExportBuild
-from data_builders.errors import SettingError
 from data_builders.export import ExportResult, export_dataset
-from data_builders.files import save_samples
-from data_builders.sample import Part, Sample, Turn
-from data_builders.video_io import read_all_frames, write_mp4
 
 FPS, SECONDS = 8.0, 10
 

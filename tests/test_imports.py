@@ -1,12 +1,13 @@
 """The packages' import rules (README "Architecture"), read from every import statement of the code, the
 ones inside functions included:
 
-- data_builders is the ground floor: it imports no other package of the project;
-- core (the run config, the run directory, rank helpers, metric logging) imports data_builders only;
-- models (loading, the chat adapter, towers) imports data_builders and core;
+- core is the ground floor (the sample shape, media and decoding, files, errors, text models, the vocabulary,
+  the run config and directory, rank helpers, metric logging): it imports no other package of the project;
+- data_builders (the builders) imports core only;
+- models (loading, the chat adapter, towers) imports core and data_builders;
 - eval imports data_builders, core and models, never train;
 - train reaches eval through its one public entry, eval.evaluation;
-- launch composes commands: it imports core's config schema and file helpers, never torch;
+- launch composes commands: it imports core only (the config schema, file helpers), never torch;
 - no module imports a private name (``_name``) from another package.
 """
 
@@ -18,15 +19,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("data_builders", "core", "models", "eval", "train", "launch")
+PACKAGES = ("core", "data_builders", "models", "eval", "train", "launch")
 # package -> the project packages it may import (its own is always allowed).
 MAY_IMPORT = {
-    "data_builders": set(),
-    "core": {"data_builders"},
+    "core": set(),
+    "data_builders": {"core"},
     "models": {"data_builders", "core"},
     "eval": {"data_builders", "core", "models"},
     "train": {"data_builders", "core", "models", "eval"},
-    "launch": {"data_builders", "core"},
+    "launch": {"core"},
 }
 # Where a package may reach into another only through given modules.
 ONLY_THROUGH = {("train", "eval"): {"eval.evaluation"}}

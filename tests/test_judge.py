@@ -12,7 +12,7 @@ from collections import deque
 import pytest
 from fake_openai import ChatServer, completion, error_body
 
-from data_builders.text_models import (
+from core.text_models import (
     EndpointConfig,
     EndpointTextModel,
     LocalTextModel,

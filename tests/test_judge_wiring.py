@@ -13,9 +13,9 @@ import pytest
 from fake_openai import ChatServer, completion, error_body
 
 from core.config import JudgeConfig
-from data_builders.errors import SettingError
+from core.errors import SettingError
+from core.text_models import EndpointConfig
 from data_builders.ovi_format import load_ovibench, ovi_row_to_sample
-from data_builders.text_models import EndpointConfig
 from eval.benchmarks.ovi import OVI
 from eval.judge import item_from_record
 from eval.judging import GIVE_UP_AFTER, NO_JUDGE, Judging, make_judge

@@ -5,18 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from data_builders import media
-from data_builders.errors import DecodeError
-from data_builders.media import (
-    FrameCache,
-    MediaSpec,
-    decode_clip,
-    decode_span,
-    follow_on_spec,
-    sample_indices,
-    smart_resize,
-)
-from data_builders.video_io import write_mp4
+from core import media
+from core.decoding import MediaSpec, decode_clip, sample_indices, smart_resize
+from core.errors import DecodeError
+from core.media import FrameCache, decode_span, follow_on_spec
+from core.video_io import write_mp4
 
 
 @pytest.fixture()
@@ -175,7 +168,7 @@ def test_timeout_must_be_positive():
 def test_images_decode_once_per_file_version(tmp_path, monkeypatch):
     from PIL import Image
 
-    from data_builders.media import load_image
+    from core.media import load_image
 
     path = tmp_path / "vp.jpg"
     Image.fromarray(np.full((112, 112, 3), 200, np.uint8)).save(path)
@@ -192,7 +185,7 @@ def test_images_decode_once_per_file_version(tmp_path, monkeypatch):
 
 
 def test_missing_image_names_the_file(tmp_path):
-    from data_builders.media import load_image
+    from core.media import load_image
 
     with pytest.raises(DecodeError, match="nowhere.jpg: cannot decode video: cannot read image"):
         load_image(tmp_path / "nowhere.jpg", MediaSpec())

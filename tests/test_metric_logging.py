@@ -114,8 +114,9 @@ def test_evaluation_goes_on_when_wandb_rejects_its_logs(
     synthetic_build, tiny_checkpoint, tmp_path, monkeypatch
 ):
     from core.config import EvalConfig, EvalRunConfig, ModelConfig
+    from core.decoding import MediaSpec
+    from core.media import FrameCache
     from core.rundir import RunDir
-    from data_builders.media import FrameCache, MediaSpec
     from eval.evaluation import Evaluation
     from models.chat import make_adapter
     from models.loading import load_model

@@ -11,10 +11,11 @@ import pytest
 from PIL import Image
 
 from core.config import ModelConfig
-from data_builders.errors import ConfigError
-from data_builders.media import FrameCache, MediaSpec
-from data_builders.sample import Part, Sample, Turn
-from data_builders.video_io import write_mp4
+from core.decoding import MediaSpec
+from core.errors import ConfigError
+from core.media import FrameCache
+from core.sample import Part, Sample, Turn
+from core.video_io import write_mp4
 from models.chat import CHAT_FORMATS, IGNORE_INDEX, RELEASED_CHAT_FORMATS, chat_format_for, make_adapter
 from models.tiny import FAMILIES, build_tiny_checkpoint
 

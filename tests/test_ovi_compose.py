@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 from caption_sources import make_source
 
-from data_builders.cli_config import OviTrainPaperBuild, TypeTargets
-from data_builders.errors import DataError, SettingError
+from core.errors import DataError, SettingError
+from core.video_io import write_mp4
+from core.vocab import InterruptionType
+from data_builders.cli_config import OviTrainPaperBuild
 from data_builders.ovi_compose import TYPES, compose_ovi_train
 from data_builders.ovi_format import load_ovibench
-from data_builders.video_io import write_mp4
 
 # The paper's Table 3: Cancellation, Correction, False Trigger per source.
 TABLE_3 = {
@@ -129,7 +130,9 @@ def _rows(out: Path) -> list[dict]:
 def test_the_recipe_holds_table_3(compose, tmp_path: Path):
     cfg = _paper_build(compose, tmp_path, tmp_path / "out")
     targets = {
-        name: (s.targets.cancellation, s.targets.correction, s.targets.false_trigger)
+        name: tuple(
+            s.targets[InterruptionType[kind]] for kind in ("cancellation", "correction", "false_trigger")
+        )
         for name, s in cfg.sources.items()
     }
     assert targets == TABLE_3
@@ -192,6 +195,11 @@ def test_the_five_source_recipe_builds_and_writes_target_vs_achieved(data_root: 
     assert "| total |" in done.stdout  # the table is printed too
 
 
+def _targets(cancellation: int, correction: int, false_trigger: int) -> dict[InterruptionType, int]:
+    kinds = (InterruptionType.cancellation, InterruptionType.correction, InterruptionType.false_trigger)
+    return dict(zip(kinds, (cancellation, correction, false_trigger), strict=True))
+
+
 def _two_sources(data_root: Path, out: Path, seed: int = 0) -> OviTrainPaperBuild:
     """ActivityNet (sampled down) and UCF-Crime (short) with their fixture paths."""
     from data_builders.cli_config import OviSourceBuild
@@ -204,13 +212,13 @@ def _two_sources(data_root: Path, out: Path, seed: int = 0) -> OviTrainPaperBuil
                 captions=str(data_root / "activitynet" / "train.json"),
                 videos=str(data_root / "activitynet" / "videos"),
                 format="activitynet",
-                targets=TypeTargets(cancellation=4, correction=6, false_trigger=4),
+                targets=_targets(4, 6, 4),
             ),
             "ucf_crime": OviSourceBuild(
                 captions=str(data_root / "ucf_crime" / "Temporal_Anomaly_Annotation_for_Testing_Videos.txt"),
                 videos=str(data_root / "ucf_crime" / "Videos"),
                 format="ucf_crime",
-                targets=TypeTargets(cancellation=50, correction=50, false_trigger=50),
+                targets=_targets(50, 50, 50),
             ),
         },
     )
@@ -282,7 +290,7 @@ def test_a_missing_source_is_skipped_with_a_line_and_recorded(data_root: Path, t
     ("change", "message"),
     [
         (lambda cfg: cfg.sources.clear(), "sources is empty"),
-        (lambda cfg: setattr(cfg.sources["ucf_crime"].targets, "correction", -1), "correction must not be"),
+        (lambda cfg: cfg.sources["ucf_crime"].targets.update({"Correction": -1}), "correction must not be"),
         (lambda cfg: cfg.sources.update({"../x": cfg.sources["ucf_crime"]}), "a source name must be"),
     ],
 )

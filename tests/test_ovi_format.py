@@ -9,9 +9,9 @@ import pytest
 from release_rows import ovi_mcq as _mcq
 from release_rows import ovi_row as _row
 
-from data_builders.errors import DataErrors
+from core.errors import DataErrors
+from core.sample import Sample
 from data_builders.ovi_format import MCQ_INSTRUCTION, load_ovibench, ovi_row_to_sample, write_ovibench
-from data_builders.sample import Sample
 
 
 def test_open_row_becomes_four_turns(ovi_root: Path):

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from data_builders.media import FrameCache, MediaSpec
+from core.decoding import MediaSpec
+from core.media import FrameCache
+from core.video_io import write_mp4
 from data_builders.ovi_format import ovi_row_to_sample, write_ovibench
-from data_builders.video_io import write_mp4
 from eval import greedy, ovi_simulation
 from eval.ovi_simulation import MIN_CUT_TOKENS, interruption_cut, prepare_inputs, simulate_interruption
 
@@ -365,8 +366,8 @@ def test_a_simulated_evaluation_runs_end_to_end(tiny, ovi_root, tmp_path):
 
 
 def test_teacher_forced_records_are_not_reused_for_a_simulated_run(tiny, ovi_root, tmp_path):
+    from core.files import JsonlStore
     from core.rundir import RunDir
-    from data_builders.files import JsonlStore
     from eval.evaluation import load_suites
     from eval.generation import current_records
 

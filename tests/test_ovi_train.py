@@ -18,12 +18,13 @@ from caption_sources import (
     realistic_qvhighlights,
 )
 
-from data_builders.errors import DataError, DataErrors, SettingError
+from core.errors import DataError, DataErrors, SettingError
+from core.sample import Sample
+from core.vocab import InterruptionType
 from data_builders.ovi_format import load_ovibench, ovi_row_to_sample
 from data_builders.ovi_train import build_ovi_items, build_ovi_train
 from data_builders.phrasings import BANKS, PHRASINGS_VERSION, TRAIN, phrased_by
 from data_builders.questions import QuestionContext, TemplateQuestions, video_questions
-from data_builders.sample import Sample
 from data_builders.sources.activitynet import load_activitynet_captions
 
 
@@ -90,13 +91,18 @@ def test_all_three_types_in_the_configured_ratio(rows: list[dict]):
 
 
 def test_mix_is_configurable(source: tuple[Path, Path]):
-    rows, _ = build_ovi_items(ovi_build(*source, seed=1, mix=[1, 0, 0], forms=["open"]))
+    only_cancel = {InterruptionType.cancellation: 1}  # a type left out weighs 0
+    rows, _ = build_ovi_items(ovi_build(*source, seed=1, mix=only_cancel, forms=["open"]))
     assert {r["interruption_type"] for r in rows} == {"Cancellation"}
-    # Cancellation : Correction : False Trigger
-    rows, _ = build_ovi_items(ovi_build(*source, seed=1, mix=[0, 1, 1]))
+    no_cancel = {
+        InterruptionType.cancellation: 0,
+        InterruptionType.correction: 1,
+        InterruptionType.false_trigger: 1,
+    }
+    rows, _ = build_ovi_items(ovi_build(*source, seed=1, mix=no_cancel))
     assert set(Counter(r["interruption_type"] for r in rows)) == {"Correction", "False Trigger"}
-    with pytest.raises(SettingError, match="mix"):
-        build_ovi_items(ovi_build(*source, seed=1, mix=[1, 1]))
+    with pytest.raises(SettingError, match="mix needs non-negative weights"):
+        build_ovi_items(ovi_build(*source, seed=1, mix={InterruptionType.correction: -1}))
     with pytest.raises(SettingError, match="forms"):
         build_ovi_items(ovi_build(*source, seed=1, forms=["essay"]))
 

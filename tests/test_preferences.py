@@ -9,9 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.errors import DataError
+from core.files import save_samples
+from core.sample import Part, Sample, Turn
+from core.video_io import write_mp4
 from data_builders.cli_config import ExportBuild
-from data_builders.errors import DataError
-from data_builders.files import save_samples
 from data_builders.ovi_format import MCQ_INSTRUCTION, ovi_row_to_sample
 from data_builders.phrasings import BANKS
 from data_builders.preferences import (
@@ -22,8 +24,6 @@ from data_builders.preferences import (
     pairs_from_samples,
     save_pairs,
 )
-from data_builders.sample import Part, Sample, Turn
-from data_builders.video_io import write_mp4
 
 ANSWER = "A red circle moves to the right and leaves the frame."
 PARTIAL = "A red circle moves"
@@ -194,7 +194,7 @@ def test_swift_preference_export(pair_dataset, tmp_path):
 
 def test_pairs_are_never_exported_as_plain_samples(pair_dataset, tmp_path):
     """As SFT samples the rejected reactions would vanish: export_dataset refuses, naming the way."""
-    from data_builders.errors import DataError
+    from core.errors import DataError
     from data_builders.export import export_dataset
 
     with pytest.raises(DataError, match="preference pairs"):
@@ -207,7 +207,7 @@ def test_the_cli_builds_pairs_and_exports_them(tmp_path):
     import subprocess
     import sys
 
-    from data_builders.files import save_samples
+    from core.files import save_samples
 
     write_mp4(tmp_path / "videos" / "v.mp4", np.zeros((80, 32, 32, 3), dtype=np.uint8), 8.0)
     save_samples(_samples(tmp_path), tmp_path / "ovi" / "hf")

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from core.video_io import read_all_frames
 from data_builders.cli_config import SyntheticDataConfig, VpSftBuild
 from data_builders.sources.tracks import read_tracks
 from data_builders.synthetic_world import build_world
-from data_builders.video_io import read_all_frames
 from data_builders.visual_prompts import DEFAULT_SHAPES, SHAPES, colours_alike
 from data_builders.vp_sft import build_vp_sft
 

@@ -14,7 +14,14 @@ import numpy as np
 import pytest
 from fake_openai import completion
 
-from data_builders.errors import SettingError
+from core.errors import SettingError
+from core.text_models import (
+    EndpointConfig,
+    EndpointTextModel,
+    TextModelConfig,
+    TextModelError,
+    make_text_model,
+)
 from data_builders.qc import (
     BlindFilterConfig,
     BlindModelConfig,
@@ -29,13 +36,6 @@ from data_builders.qc import (
     shuffle_options,
 )
 from data_builders.questions import QuestionConfig
-from data_builders.text_models import (
-    EndpointConfig,
-    EndpointTextModel,
-    TextModelConfig,
-    TextModelError,
-    make_text_model,
-)
 from data_builders.v2p_format import parse_options, render_question
 
 

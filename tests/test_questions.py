@@ -18,8 +18,10 @@ from caption_sources import make_source as _make_source
 from caption_sources import ovi_build
 from fake_openai import ChatServer, completion
 
-from data_builders.errors import SettingError
-from data_builders.files import JsonlStore
+from core.errors import SettingError
+from core.files import JsonlStore
+from core.text_models import EndpointConfig, TextModelError
+from core.video_io import write_mp4
 from data_builders.ovi_train import build_ovi_items, build_ovi_train
 from data_builders.questions import (
     QA,
@@ -35,8 +37,6 @@ from data_builders.questions import (
 )
 from data_builders.sources.activitynet import load_activitynet_captions
 from data_builders.sources.captions import Caption, CaptionedVideo
-from data_builders.text_models import EndpointConfig, TextModelError
-from data_builders.video_io import write_mp4
 
 # Keywords in a caption script the fake server: BROKEN never gets valid JSON, FLAKY gets HTTP 500 once.
 CAPTIONS = {

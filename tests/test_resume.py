@@ -338,7 +338,7 @@ class Killed(RuntimeError):
 def eval_setup(synthetic_build, tiny_checkpoint):
     """The tiny model, its adapter, and the evaluation settings shared by the runs below."""
     from core.config import EvalConfig, ModelConfig
-    from data_builders.media import MediaSpec
+    from core.decoding import MediaSpec
     from models.loading import load_model
 
     model, processor = load_model(ModelConfig(name_or_path=str(tiny_checkpoint)))
@@ -363,8 +363,8 @@ def _evaluate(eval_setup, run_dir: Path, *, kill_after: int | None = None) -> tu
     """
     import eval.generation
     from core.config import EvalRunConfig, ModelConfig
+    from core.media import FrameCache
     from core.metric_logging import NullLogger
-    from data_builders.media import FrameCache
     from eval.evaluation import Evaluation
     from models.chat import make_adapter
 

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from data_builders.media import FrameCache, MediaSpec
+from core.decoding import MediaSpec
+from core.media import FrameCache
+from core.video_io import write_mp4
 from data_builders.ovi_format import ovi_row_to_sample
-from data_builders.video_io import write_mp4
 from eval.ovi_simulation import prepare_inputs
 from models.rope import start_after_vision, use_released_positions
 

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from data_builders.sample import Part, Sample, Turn
+from core.sample import Part, Sample, Turn
 from train.data import MediaKindSampler, media_kinds
 
 

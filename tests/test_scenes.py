@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_builders.errors import DecodeError, SettingError
+from core.errors import DecodeError, SettingError
+from core.video_io import write_mp4
 from data_builders.scenes import detect_shots, segments_from_annotations
 from data_builders.sources.captions import Caption, CaptionedVideo
-from data_builders.video_io import write_mp4
 
 # Four shots of known lengths (frames), so three hard cuts; each a colour with its own stripe pattern.
 SHOTS = (((220, 30, 30), 25), ((30, 200, 40), 17), ((20, 40, 210), 30), ((230, 230, 40), 12))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from data_builders.errors import DataError, DataErrors
+from core.errors import DataError, DataErrors
 from eval.score_responses import load_response_file, render_tables, score_responses, tables
 
 REPO = Path(__file__).resolve().parent.parent

@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 from core.config import ServerConfig, VideoTransport
-from data_builders.media import FrameCache, MediaSpec
-from data_builders.sample import Sample
+from core.decoding import MediaSpec
+from core.media import FrameCache
+from core.sample import Sample
 from eval.served import ServedModel, sampled_rate, write_lossless_mp4
 from eval.server_process import ServerError, launched_server
 
@@ -77,7 +78,7 @@ def _served(chat, tmp_path, video=VideoTransport.path) -> ServedModel:
 def test_messages_carry_the_adapters_turns_frames_and_rates(synthetic_build, tiny_checkpoint, tmp_path):
     """An OVI interruption: system turn, both spans as files of the frames the adapter samples (the
     interruption's clip at its follow-on rate), parts in the chat format's order."""
-    from data_builders.media import span_specs
+    from core.media import span_specs
 
     chat, _ = _adapter(tiny_checkpoint, tmp_path)
     sample = next(s for s in _ovi_samples(synthetic_build) if _spans(s) == 2)
@@ -307,7 +308,7 @@ def test_a_lora_checkpoint_is_merged_and_served(
 def test_a_running_server_cannot_stand_for_a_checkpoint(
     small_eval_config, synthetic_build, tiny_checkpoint, tmp_path
 ):
-    from data_builders.errors import ConfigError
+    from core.errors import ConfigError
     from eval.run import run
 
     checkpoint = tmp_path / "run" / "checkpoints" / "checkpoint-1"
@@ -327,8 +328,8 @@ def test_a_running_server_cannot_stand_for_a_checkpoint(
 
 
 def test_a_training_refuses_to_evaluate_inline_through_a_server(small_train_config, tmp_path):
+    from core.errors import ConfigError
     from core.rundir import RunDir
-    from data_builders.errors import ConfigError
     from train.recipe import _inline_evaluation
 
     cfg = small_train_config(tmp_path, "eval.server.command='vllm serve {model} --port {port}'")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from data_builders.errors import ConfigError
+from core.errors import ConfigError
 from eval.show_prompt import show_prompt
 
 

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from caption_sources import ovi_build
 
-from data_builders.errors import DataError, DataErrors, SettingError
+from core.errors import DataError, DataErrors, SettingError
+from core.video_io import write_mp4
 from data_builders.ovi_format import check_ovi_row, load_ovibench
 from data_builders.ovi_train import build_ovi_items, build_ovi_train
 from data_builders.sources import (
@@ -25,7 +26,6 @@ from data_builders.sources import (
     read_source,
 )
 from data_builders.sources.captions import segment_problem, within_video
-from data_builders.video_io import write_mp4
 
 
 def _video(path: Path, frames: int, fps: float) -> Path:

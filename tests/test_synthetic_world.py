@@ -9,6 +9,7 @@ import av
 import numpy as np
 import pytest
 
+from core.video_io import read_all_frames, write_mp4
 from data_builders.synthetic_world import (
     COLOURS,
     DIRECTION_PHRASES,
@@ -18,7 +19,6 @@ from data_builders.synthetic_world import (
     render_frames,
     scene_events,
 )
-from data_builders.video_io import read_all_frames, write_mp4
 
 N_VIDEOS, SEED = 3, 7
 COLOUR_TOLERANCE = 24  # per channel, after yuv420p H.264 and back

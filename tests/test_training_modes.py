@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from core.config import ModelConfig, PeftConfig, PeftMethod, Tower, TrainerConfig
-from data_builders.errors import ConfigError
+from core.errors import ConfigError
 from models.tiny import FAMILIES, build_tiny_checkpoint
 from models.towers import parameters_by_tower, tower_of
 

@@ -10,8 +10,8 @@ from release_rows import v2p_question as _question
 from release_rows import v2p_row as _row
 from release_rows import write_v2p_rows as _write
 
-from data_builders.errors import DataErrors
-from data_builders.sample import Sample
+from core.errors import DataErrors
+from core.sample import Sample
 from data_builders.v2p_format import (
     INSTRUCTION,
     load_v2p_release,

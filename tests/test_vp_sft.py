@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from core.errors import DataError, SettingError
+from core.video_io import read_all_frames, write_mp4
 from data_builders.cli_config import VpSftBuild
-from data_builders.errors import DataError, SettingError
 from data_builders.qc import balance_answer_letters
 from data_builders.v2p_format import load_v2p_release, parse_options, render_question
-from data_builders.video_io import read_all_frames, write_mp4
 from data_builders.visual_prompts import SHAPES
 from data_builders.vp_sft import build_vp_sft, questions_from_tracks
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from core.cli import run_cli
 from core.config import EvalMode, TrainConfig, register_configs
-from data_builders.cli import run_cli
 
 register_configs()
 

@@ -2,7 +2,7 @@
 every rank's batch holds the same kinds of media.
 
 Before training, the recipe decodes every sample's media once into the frame cache
-(``data_builders.media.check_media``); a sample whose media cannot be decoded is quarantined: left out,
+(``core.media.check_media``); a sample whose media cannot be decoded is quarantined: left out,
 counted by reason and listed in ``quarantine_train.json`` in the run directory, never dropped silently.
 
 Several datasets (``data.train``) are concatenated, or mixed by ``data.weights``: LLaMA-Factory's
@@ -25,9 +25,10 @@ import numpy as np
 import torch
 
 from core.config import DataConfig
-from data_builders.errors import ConfigError, DataError
-from data_builders.media import FrameCache, MediaSpec, check_media
-from data_builders.sample import Sample
+from core.decoding import MediaSpec
+from core.errors import ConfigError, DataError
+from core.media import FrameCache, check_media
+from core.sample import Sample
 from models.chat import VideoChatAdapter
 
 MIX_STRATEGY = "interleave_under"  # LLaMA-Factory's name for it; see the module docstring
@@ -122,7 +123,7 @@ def training_set(
     data: DataConfig, seed: int, spec: MediaSpec, cache: FrameCache, *, follow_on: bool = True
 ) -> TrainingSet:
     """Load ``data.train``, mix it by ``data.weights`` and decode every drawn sample's media once
-    (:func:`data_builders.media.check_media`), quarantining those that fail.
+    (:func:`core.media.check_media`), quarantining those that fail.
 
     Raises:
         ConfigError: bad weights (see :func:`dataset_shares`).

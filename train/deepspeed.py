@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from core.config import TrainerConfig
-from data_builders.errors import ConfigError
-from data_builders.files import write_json_atomic
+from core.errors import ConfigError
+from core.files import write_json_atomic
 
 ZERO_STAGES = (2, 3)
 

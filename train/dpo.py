@@ -26,11 +26,11 @@ from trl import DPOTrainer
 
 from core import distributed
 from core.config import StageConfig, TrainConfig, TrainerConfig
+from core.errors import ConfigError, DataError
+from core.files import write_json_atomic
+from core.media import FrameCache, check_media
 from core.rundir import RunDir
-from data_builders.errors import ConfigError, DataError
-from data_builders.files import write_json_atomic
-from data_builders.media import FrameCache, check_media
-from data_builders.ovi_format import FORMATS
+from core.vocab import ITEM_FORMS
 from data_builders.preferences import PreferencePair, load_pairs
 from models.chat import VideoChatAdapter
 from models.loading import is_adapter, load_model, save_merged
@@ -96,9 +96,9 @@ def training_pairs(
         ConfigError: ``stage.pair_forms`` is empty or names an unknown form; bad ``data.weights``.
         DataError: no pair at all.
     """
-    unknown = sorted(set(cfg.stage.pair_forms) - set(FORMATS))
+    unknown = sorted(set(cfg.stage.pair_forms) - set(ITEM_FORMS))
     if unknown or not cfg.stage.pair_forms:
-        raise ConfigError(f"stage.pair_forms: {unknown or 'empty'}; choose among {list(FORMATS)}")
+        raise ConfigError(f"stage.pair_forms: {unknown or 'empty'}; choose among {list(ITEM_FORMS)}")
     per_dataset = [
         [pair for pair in load_pairs(directory) if pair.sample.meta["format"] in cfg.stage.pair_forms]
         for directory in cfg.data.train

@@ -22,8 +22,8 @@ import random
 from trl import KTOTrainer
 
 from core.config import StageConfig, TrainConfig, TrainerConfig
+from core.media import FrameCache
 from core.rundir import RunDir
-from data_builders.media import FrameCache
 from data_builders.preferences import LabelledReaction, unpaired
 from models.chat import VideoChatAdapter
 from models.pairs import unpaired_batch

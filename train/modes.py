@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from core.config import PeftConfig, PeftMethod, Tower
-from data_builders.errors import ConfigError
+from core.errors import ConfigError
 from models.qlora import prepare_quantized
 from models.towers import family_of, tower_of
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from core.config import Tower, TrainerConfig
-from data_builders.errors import ConfigError
+from core.errors import ConfigError
 from models.towers import family_of, parameters_by_tower
 
 # The Trainer logs the first group's learning rate: the language model's, trainer.lr.

@@ -14,12 +14,13 @@ from pathlib import Path
 import torch
 
 from core import distributed
-from core.config import EvalMode, PeftMethod, StageMethod, TrainConfig, TrainerConfig, resolve_synthetic_data
+from core.config import EvalMode, PeftMethod, StageMethod, TrainConfig, TrainerConfig
+from core.errors import ConfigError
+from core.files import write_json_atomic
+from core.media import FrameCache
 from core.metric_logging import MetricLogger, NullLogger, logger_for_run
 from core.rundir import RunDir
-from data_builders.errors import ConfigError
-from data_builders.files import write_json_atomic
-from data_builders.media import FrameCache
+from data_builders.build import with_synthetic_data
 from eval.evaluation import Evaluation
 from models.chat import make_adapter
 from models.loading import build_if_tiny, load_base
@@ -95,7 +96,7 @@ def run(cfg: TrainConfig) -> RunResult:
     ds_config = deepspeed_config(cfg.trainer)  # fails on a bad ZeRO setting before anything is built
     if cfg.peft.method is PeftMethod.qlora:
         check_qlora(cfg.trainer)
-    resolve_synthetic_data(cfg)  # file-locked: every rank calls it, one builds
+    cfg = with_synthetic_data(cfg)  # file-locked: every rank calls it, one builds
     preference = PREFERENCE_METHODS.get(cfg.stage.method)  # None: SFT
     if preference:
         resolve_start(cfg, run_dir)  # file-locked too: the SFT checkpoint becomes the run's base

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from data_builders.errors import SettingError
+from core.errors import SettingError
 from data_builders.sources.activitynet import load_activitynet_captions
 from data_builders.sources.captions import Caption, CaptionedVideo
 from data_builders.sources.moviechat import load_moviechat

@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from data_builders.checks import is_list_of, is_number, is_string
-from data_builders.errors import DataErrors
-from data_builders.files import read_json_object
+from core.checks import is_list_of, is_number, is_string
+from core.errors import DataErrors
+from core.files import read_json_object
 from data_builders.sources.captions import (
     Caption,
     CaptionedVideo,

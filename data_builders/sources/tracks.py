@@ -26,7 +26,7 @@ GOT-10k / LaSOT sequence folders (one annotated target per sequence)::
     <seq>/meta_info.ini     GOT-10k: ``object_class`` becomes the ``class`` attribute
     (LaSOT: the class is the folder name, <class>/<class>-<n>/)
 
-The frames are written as an mp4 (:func:`data_builders.video_io.write_mp4`) so the rest of the
+The frames are written as an mp4 (:func:`core.video_io.write_mp4`) so the rest of the
 pipeline, and the release format, sees videos. These sequences are ``exhaustive: false``: only
 one object is annotated, so nothing is counted and no object is compared with another.
 """
@@ -44,9 +44,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from data_builders.checks import is_list_of, is_number
-from data_builders.errors import DataError, SettingError
-from data_builders.files import read_json_object, write_json_atomic
+from core.checks import is_list_of, is_number
+from core.errors import DataError, SettingError
+from core.files import read_json_object, write_json_atomic
 
 TRACK_FIELDS = ("video_id", "video_path", "fps", "duration", "width", "height", "objects")
 _ABSENCE_FILES = ("absence.label", "absent.txt", "full_occlusion.txt", "out_of_view.txt")
@@ -276,7 +276,7 @@ def _frame_size(first: Path, max_side: int) -> tuple[tuple[int, int], tuple[int,
 
 def _encode_frames(frames: list[Path], video: Path, size: tuple[int, int], fps: float) -> None:
     """Write the frames as an mp4, unless one made from the same frames and settings is there."""
-    from data_builders.video_io import write_mp4  # imported here: av is only needed to encode
+    from core.video_io import write_mp4  # imported here: av is only needed to encode
 
     settings = {"frames": [str(f) for f in frames], "size": list(size), "fps": fps}
     sidecar = video.with_suffix(".json")

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_builders.errors import DataError, DataErrors, DecodeError
+from core.errors import DataError, DataErrors, DecodeError
 from data_builders.sources.captions import Caption, CaptionedVideo, segment_problem, within_video
 from data_builders.sources.videos import VideoFinder, probe_video
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.config import EvalConfig, OviProtocol
-from data_builders.sample import Sample
+from core.sample import Sample
 
 Meta = dict[str, Any]  # an item's ``Sample.meta``
 

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from core.config import EvalConfig
-from data_builders.media import MediaSpec
-from data_builders.sample import Part, Sample, Turn
+from core.decoding import MediaSpec
+from core.sample import Part, Sample, Turn
 from data_builders.visual_prompts import PROMPT_NOUNS
 from data_builders.vp_variants import TargetsUnavailable, load_targets, target_phrase
 from eval.answers import official_correct, tolerant_letter

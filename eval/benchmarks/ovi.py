@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from core.config import EvalConfig, OviProtocol
-from data_builders.errors import ConfigError
+from core.errors import ConfigError
+from core.sample import Sample
+from core.vocab import INTERRUPTION_TYPES, PAPER_MIX
 from data_builders.ovi_format import load_ovibench
-from data_builders.sample import Sample
-from eval.answers import INTERRUPTION_TYPES, parse_ovi_mcq
+from eval.answers import parse_ovi_mcq
 from eval.benchmarks.base import Benchmark, Meta
 from eval.ovi_simulation import DEFAULT_TOKENS_PER_SECOND, MIN_CUT_TOKENS
 from eval.rubrics import metrics_for
@@ -113,9 +114,9 @@ OVI = Benchmark(
     settings=settings,
     headline=("ma", "ca"),
     category_order={"type": INTERRUPTION_TYPES, "phrasing": ("eval", "paraphrased", "train")},
-    # The paper's overall numbers (Table 2) are type-weighted means, Cancellation : Correction : False
-    # Trigger = 1 : 2 : 1, matching its per-type Tables 12-14 (e.g. Doubao CFS (1.69 + 2 * 8.73 + 1.92) / 4).
-    weighting=("type", {"Cancellation": 1.0, "Correction": 2.0, "False Trigger": 1.0}),
+    # The paper's overall numbers (Table 2) are means weighted by its type mix, matching its per-type Tables
+    # 12-14 (e.g. Doubao CFS (1.69 + 2 * 8.73 + 1.92) / 4).
+    weighting=("type", {kind.value: float(weight) for kind, weight in PAPER_MIX.items()}),
     judged_metrics=judged_metrics,
     simulated=simulated,
     notes=notes,

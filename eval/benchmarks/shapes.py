@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import re
 
+from core.vocab import PROMPT_SHAPES
+
 UNKNOWN = "unknown"
-SHAPES = ("rectangle", "ellipse", "triangle", "mask_contour", "scribble", "point", "arrow", "som")
+SHAPES = PROMPT_SHAPES
 
 # Marker nouns as questions write them (plurals and the release's misspellings spelled out).
 _SHAPE_NOUNS: dict[str, tuple[str, ...]] = {

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from core.config import EvalConfig
-from data_builders.errors import ConfigError
-from data_builders.sample import Sample
+from core.errors import ConfigError
+from core.sample import Sample
 from data_builders.v2p_format import DIMENSIONS, load_v2p_release
 from eval.answers import official_correct, tolerant_letter
 from eval.benchmarks.base import Benchmark, Meta

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
-from data_builders.errors import DataError
+from core.errors import DataError
 
 if TYPE_CHECKING:
-    from data_builders.sample import Sample
+    from core.sample import Sample
 
 STATS_FILE = "stats.md"
 BUILD_INFO_FILE = "build_info.json"

@@ -7,7 +7,7 @@ long-lived child on its first decode, hands it one span at a time over a socket,
 at most ``spec.timeout_s``. Past that it kills the child, the hung decode with it; the next decode starts
 a new child. A child that crashes (a segfault in the codec) costs the one video, not the run.
 
-The child is a fresh interpreter (``python -m data_builders.decode_worker``), not a fork: the trainer and
+The child is a fresh interpreter (``python -m core.decode_worker``), not a fork: the trainer and
 its DataLoader workers run torch's thread pools, and a forked child inherits their locks in whatever
 state other threads held them. (multiprocessing's "spawn" is safe too, but re-imports the parent's main
 module, the Hydra entry point or a benchmark script, in the child.) The child dies with its parent: the
@@ -17,7 +17,7 @@ socket to the parent closes.
 Frames travel as raw bytes after a small pickled header and are read straight into the array the caller
 gets: one copy through the kernel, well under a millisecond for an 8-frame 112x112 clip.
 
-    python -m data_builders.decode_worker FD PARENT_PID   # what the parent runs; not for people
+    python -m core.decode_worker FD PARENT_PID   # what the parent runs; not for people
 """
 
 from __future__ import annotations
@@ -32,14 +32,11 @@ import subprocess
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from data_builders.errors import DecodeError
-
-if TYPE_CHECKING:  # media imports this module; the child imports media when it starts serving
-    from data_builders.media import MediaSpec
+from core.decoding import MediaSpec, decode_clip
+from core.errors import DecodeError
 
 _LENGTH = struct.Struct("!Q")
 STARTUP_TIMEOUT_S = 120.0  # a fresh interpreter importing numpy, PIL and decord on a busy machine
@@ -52,7 +49,7 @@ class Worker:
     def __init__(self) -> None:
         parent_end, child_end = socket.socketpair()
         fd = child_end.fileno()
-        command = [sys.executable, "-m", "data_builders.decode_worker", str(fd), str(os.getpid())]
+        command = [sys.executable, "-m", "core.decode_worker", str(fd), str(os.getpid())]
         self.process = subprocess.Popen(command, pass_fds=[fd], stdin=subprocess.DEVNULL)
         child_end.close()
         self.socket = parent_end
@@ -69,7 +66,7 @@ class Worker:
         return self.process.pid
 
     def decode(self, path: str, start: float, end: float, spec: MediaSpec) -> tuple:
-        """``(frames, fps, indices, span_frames)`` of the span, as ``media.decode_clip`` returns them.
+        """``(frames, fps, indices, span_frames)`` of the span, as ``core.decoding.decode_clip`` returns them.
 
         Raises:
             DecodeError: the decoder raised (its type and first line, as an in-process decode reports).
@@ -203,8 +200,6 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def _serve(sock: socket.socket) -> None:
     """Decode spans until the parent closes the socket."""
-    from data_builders.media import decode_clip
-
     _send(sock, "ready")
     while True:
         try:

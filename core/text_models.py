@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from data_builders.choice import Choice
-from data_builders.errors import SettingError
+from core.choice import Choice
+from core.errors import SettingError
 
 _MAX_BACKOFF_S = 60.0
 _ERROR_SNIPPET = 300  # characters of an error body kept in a message

@@ -8,7 +8,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from data_builders.files import atomic_path
+from core.files import atomic_path
 
 
 def write_mp4(path: str | Path, frames: np.ndarray, fps: float, gop: int = 8) -> None:

@@ -1,0 +1,83 @@
+"""The closed vocabularies every package speaks: OVI interruption types and item forms, and the
+visual-prompt shapes. One spelling each; a mix or a table of them is keyed by these, never by position."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import Enum
+from typing import Any
+
+from core.choice import Choice
+from core.errors import SettingError
+
+
+class InterruptionType(str, Enum):
+    """An OVI interruption type. Configs name a member by its key (``false_trigger``); rows, results and
+    reports carry its value, the papers' spelling (``"False Trigger"``). The order is the reports'."""
+
+    cancellation = "Cancellation"  # the user stops the answer: stop, at most a brief acknowledgement
+    false_trigger = "False Trigger"  # an irrelevant signal: ignore it and continue seamlessly
+    correction = "Correction"  # the user changes the question or a premise: answer the corrected one
+
+    def __str__(self) -> str:
+        return self.value
+
+
+INTERRUPTION_TYPES: tuple[str, ...] = tuple(kind.value for kind in InterruptionType)
+
+
+def by_type(weights: Mapping[Any, float]) -> dict[InterruptionType, float]:
+    """A mapping keyed by interruption type, whatever spells its keys (a member, its name
+    ``false_trigger`` or its value ``"False Trigger"``), with every type present (absent ones weigh 0).
+
+    Raises:
+        SettingError: a key that names no interruption type.
+    """
+    keyed: dict[InterruptionType, float] = dict.fromkeys(InterruptionType, 0)
+    for key, weight in weights.items():
+        kind = InterruptionType.__members__.get(str(key)) or _by_value(key)
+        keyed[kind] = weight
+    return keyed
+
+
+def _by_value(key: Any) -> InterruptionType:
+    try:
+        return InterruptionType(str(key))
+    except ValueError:
+        names = ", ".join(InterruptionType.__members__)
+        raise SettingError(f"{key!r} is not an interruption type (one of {names})") from None
+
+
+# OVI-Train's mix of types as the paper builds it, Cancellation : Correction : False Trigger = 1 : 2 : 1; the
+# paper's overall OVIBench values are means weighted by it (its Table 2 matches Tables 12-14 at this mix).
+PAPER_MIX: dict[InterruptionType, int] = {
+    InterruptionType.cancellation: 1,
+    InterruptionType.correction: 2,
+    InterruptionType.false_trigger: 1,
+}
+
+
+class ItemForm(Choice):
+    """How an OVI item is written."""
+
+    mcq = "mcq"  # four continuations to choose from, and the interruption type to name
+    open = "open"  # the reaction in words, scored by the judge
+
+
+ITEM_FORMS: tuple[str, ...] = tuple(form.value for form in ItemForm)
+
+
+class PromptShape(Choice):
+    """The 8 visual-prompt shapes of V2P-Bench."""
+
+    rectangle = "rectangle"
+    ellipse = "ellipse"
+    triangle = "triangle"
+    mask_contour = "mask_contour"  # a ring around the object's mask (its box's ellipse without one)
+    scribble = "scribble"
+    point = "point"
+    arrow = "arrow"
+    som = "som"  # a Set-of-Mark number tag
+
+
+PROMPT_SHAPES: tuple[str, ...] = tuple(shape.value for shape in PromptShape)
