@@ -6,10 +6,10 @@ import os
 import sys
 from collections.abc import Callable
 
-from core.errors import DataError, DecodeError, SettingError
+from core.errors import UserError
 
 # Errors a user fixes by changing their input or settings: a traceback would only hide the message.
-USER_ERRORS: tuple[type[BaseException], ...] = (DataError, DecodeError, SettingError)
+USER_ERRORS: tuple[type[BaseException], ...] = (UserError,)
 
 
 def run_cli(work: Callable[[], object], user_errors: tuple[type[BaseException], ...] = USER_ERRORS) -> None:

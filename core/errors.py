@@ -1,12 +1,18 @@
-"""Typed errors for bad input. Each names the file, the row (1-based line) and the field."""
+"""The project's errors, one per failure mode. Each is a :class:`UserError`: what the user fixes (an input
+file, a setting, a server), with a message that says what and where, so a command line prints it in one
+line instead of a traceback (``core.cli.run_cli``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 
-class DataError(ValueError):
-    """Bad input data: names where it is so a user can fix it."""
+class UserError(Exception):
+    """Something the user fixes; the message names it."""
+
+
+class DataError(UserError, ValueError):
+    """Bad input data: names the file, the row (1-based line) and the field, so a user can fix it."""
 
     def __init__(self, file: str, message: str, row: int | None = None, field: str | None = None):
         self.file, self.row, self.field = str(file), row, field
@@ -25,17 +31,14 @@ class DataErrors(DataError):
         super().__init__(str(file), f"{len(self.problems)} problem(s):\n  {listing}")
 
 
-class SettingError(ValueError):
-    """A setting is wrong (an unknown shape, a mix of the wrong length, a missing path): names it."""
+class ConfigError(UserError, ValueError):
+    """A setting is wrong or points at something missing (an unknown shape, a weight out of range, a path
+    that is not there); the message names the key."""
 
 
-class DecodeError(RuntimeError):
+class DecodeError(UserError, RuntimeError):
     """A video could not be decoded (corrupt, truncated, or decoding timed out)."""
 
     def __init__(self, path: str, reason: str):
         self.path, self.reason = str(path), reason
         super().__init__(f"{path}: cannot decode video: {reason}")
-
-
-class ConfigError(SettingError):
-    """A configuration value is wrong or points at something missing; the message names the key."""

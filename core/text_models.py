@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from core.choice import Choice
-from core.errors import SettingError
+from core.errors import ConfigError, UserError
 
 _MAX_BACKOFF_S = 60.0
 _ERROR_SNIPPET = 300  # characters of an error body kept in a message
@@ -68,9 +68,9 @@ class Reply:
     finish_reason: str | None
 
 
-class TextModelError(SettingError):
+class TextModelError(UserError, RuntimeError):
     """The text model could not answer: endpoint down or wrong, a reply of the wrong shape, a model that
-    does not load or runs out of memory. A :class:`SettingError`, so a command line reports it in one line."""
+    does not load or runs out of memory."""
 
 
 class TextModel(Protocol):
@@ -92,21 +92,21 @@ def make_text_model(
         sleep: the retry backoff's sleep (tests replace it).
 
     Raises:
-        SettingError: a setting the backend needs is missing or malformed.
+        ConfigError: a setting the backend needs is missing or malformed.
     """
     try:
         backend = TextBackend(cfg.backend)  # a config built in code may name it as a string
     except ValueError:
         known = ", ".join(TextBackend)
-        raise SettingError(f"{key}.backend must be one of {known}, got {cfg.backend!r}") from None
+        raise ConfigError(f"{key}.backend must be one of {known}, got {cfg.backend!r}") from None
     if backend is TextBackend.none:
         return None
     if not cfg.model:
-        raise SettingError(f"{key}.backend={backend} needs {key}.model (a served name or a model directory)")
+        raise ConfigError(f"{key}.backend={backend} needs {key}.model (a served name or a model directory)")
     if backend is TextBackend.local:
         return LocalTextModel(cfg.model, temperature=cfg.temperature, max_tokens=cfg.max_tokens)
     if not cfg.endpoint.base_url:
-        raise SettingError(
+        raise ConfigError(
             f"{key}.backend=endpoint needs {key}.endpoint.base_url, e.g. http://localhost:8000/v1"
         )
     return EndpointTextModel(cfg, sleep=sleep, setting=f"{key}.endpoint.base_url")
@@ -133,9 +133,9 @@ class EndpointTextModel:
     ):
         server = cfg.endpoint
         if not server.base_url or not server.base_url.startswith(("http://", "https://")):
-            raise SettingError(f"{setting} must start with http:// or https://, got {server.base_url!r}")
+            raise ConfigError(f"{setting} must start with http:// or https://, got {server.base_url!r}")
         if server.max_retries < 0:
-            raise SettingError(f"{setting}: max_retries must be >= 0, got {server.max_retries}")
+            raise ConfigError(f"{setting}: max_retries must be >= 0, got {server.max_retries}")
         self.url = server.base_url.rstrip("/") + "/chat/completions"
         self.model, self.server = cfg.model, server
         self.temperature, self.max_tokens = cfg.temperature, cfg.max_tokens

@@ -8,7 +8,7 @@ from enum import Enum
 from typing import Any
 
 from core.choice import Choice
-from core.errors import SettingError
+from core.errors import ConfigError
 
 
 class InterruptionType(str, Enum):
@@ -31,7 +31,7 @@ def by_type(weights: Mapping[Any, float]) -> dict[InterruptionType, float]:
     ``false_trigger`` or its value ``"False Trigger"``), with every type present (absent ones weigh 0).
 
     Raises:
-        SettingError: a key that names no interruption type.
+        ConfigError: a key that names no interruption type.
     """
     keyed: dict[InterruptionType, float] = dict.fromkeys(InterruptionType, 0)
     for key, weight in weights.items():
@@ -45,7 +45,7 @@ def _by_value(key: Any) -> InterruptionType:
         return InterruptionType(str(key))
     except ValueError:
         names = ", ".join(InterruptionType.__members__)
-        raise SettingError(f"{key!r} is not an interruption type (one of {names})") from None
+        raise ConfigError(f"{key!r} is not an interruption type (one of {names})") from None
 
 
 # OVI-Train's mix of types as the paper builds it, Cancellation : Correction : False Trigger = 1 : 2 : 1; the

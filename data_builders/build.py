@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from core.config import RunConfig, SyntheticDataConfig, TrainConfig
-from core.errors import SettingError
+from core.errors import ConfigError
 from core.files import write_json_atomic
 from core.vocab import PAPER_MIX, by_type
 from data_builders.cli_config import OviTrainBuild, VpSftBuild
@@ -75,7 +75,7 @@ def _refuse_other_build(root: Path, built: dict, wanted: dict) -> None:
     differ = sorted(k for k in wanted if k != "root" and built.get(k) != wanted[k])
     if differ:
         changes = ", ".join(f"{k}: {built.get(k)!r} there, {wanted[k]!r} asked" for k in differ)
-        raise SettingError(
+        raise ConfigError(
             f"{root} holds a synthetic build with other settings ({changes}); set data.synthetic.root "
             f"to another directory, or delete {root} to rebuild it"
         )

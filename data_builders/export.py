@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import DataError, DecodeError, SettingError
+from core.errors import ConfigError, DataError, DecodeError
 from core.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
 from core.sample import Part, Sample
 from data_builders.cli_config import ExportBuild, ExportFormat
@@ -70,7 +70,7 @@ class ClipWriter:
 
     def __init__(self, folder: Path, fps: float | None, max_side: int):
         if (fps is not None and fps <= 0) or max_side < 2:
-            raise SettingError(f"clip_fps and clip_max_side must be positive, got {fps}, {max_side}")
+            raise ConfigError(f"clip_fps and clip_max_side must be positive, got {fps}, {max_side}")
         self.folder, self.fps, self.max_side = folder, fps, max_side
         self._info: dict[str, tuple[int, float, int, int]] = {}
         self.written = 0
@@ -174,11 +174,11 @@ def export_samples(samples: Iterable[Sample], cfg: ExportBuild) -> ExportResult:
         What was written and what was left out.
 
     Raises:
-        SettingError: an unknown format.
+        ConfigError: an unknown format.
         DataError: no sample could be exported.
     """
     if cfg.format not in EXPORT_FORMATS:
-        raise SettingError(f"format must be one of {EXPORT_FORMATS}, got {cfg.format!r}")
+        raise ConfigError(f"format must be one of {EXPORT_FORMATS}, got {cfg.format!r}")
     fmt, out_dir = str(cfg.format), Path(cfg.out)
     name = cfg.name or out_dir.resolve().name
     clips = ClipWriter(out_dir / "clips", cfg.clip_fps, cfg.clip_max_side)
@@ -286,7 +286,7 @@ def export_dataset(cfg: ExportBuild) -> ExportResult:
     """:func:`export_samples` for ``cfg.dataset``, an HF dataset of samples saved by a builder (``<out>/hf``).
 
     Raises:
-        SettingError: an unknown format.
+        ConfigError: an unknown format.
         DataError: ``cfg.dataset`` is not such a dataset (preference pairs go through
             ``data_builders.preferences.export_pair_dataset``), or none of its samples could be exported.
     """

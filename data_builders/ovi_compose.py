@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import DataError, DataErrors, SettingError
+from core.errors import ConfigError, DataError, DataErrors
 from core.files import link_or_copy, read_jsonl, save_samples, write_json_atomic, write_text_atomic
 from core.vocab import PAPER_MIX, InterruptionType
 from data_builders.build import BUILDER_VERSION
@@ -67,7 +67,7 @@ def compose_ovi_train(cfg: OviTrainPaperBuild) -> Path:
         ``cfg.out`` as a path.
 
     Raises:
-        SettingError: no sources, a source name unfit for a directory, or a negative target.
+        ConfigError: no sources, a source name unfit for a directory, or a negative target.
         DataError: no source gave an instance; or a source's build failed on its input.
     """
     _check(cfg)
@@ -97,16 +97,16 @@ def compose_ovi_train(cfg: OviTrainPaperBuild) -> Path:
 
 def _check(cfg: OviTrainPaperBuild) -> None:
     if not cfg.sources:
-        raise SettingError("sources is empty: name at least one source (conf/builder/ovi_train_paper.yaml)")
+        raise ConfigError("sources is empty: name at least one source (conf/builder/ovi_train_paper.yaml)")
     for name, source in cfg.sources.items():
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
-            raise SettingError(f"sources.{name}: a source name must be letters, digits, '_', '.' or '-'")
+            raise ConfigError(f"sources.{name}: a source name must be letters, digits, '_', '.' or '-'")
         missing = [kind.name for kind in InterruptionType if kind not in source.targets]
         if missing:
-            raise SettingError(f"sources.{name}.targets: give {', '.join(missing)} (an instance count each)")
+            raise ConfigError(f"sources.{name}.targets: give {', '.join(missing)} (an instance count each)")
         for kind, count in source.targets.items():
             if count < 0:
-                raise SettingError(
+                raise ConfigError(
                     f"sources.{name}.targets.{InterruptionType(kind).name} must not be negative"
                 )
 

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import DataError, SettingError
+from core.errors import ConfigError, DataError
 from core.files import crosstab_markdown, link_or_copy, save_samples, write_reports
 from core.vocab import INTERRUPTION_TYPES, ITEM_FORMS, InterruptionType, by_type
 from data_builders.cli_config import OviTrainBuild
@@ -117,11 +117,11 @@ def mix_shares(mix: Mapping[InterruptionType, float]) -> dict[str, float]:
     """Each interruption type's share of a mix of weights keyed by type (a type left out weighs 0).
 
     Raises:
-        SettingError: a negative weight, or all zero.
+        ConfigError: a negative weight, or all zero.
     """
     weights = {kind.value: float(weight) for kind, weight in by_type(mix).items()}
     if min(weights.values()) < 0 or sum(weights.values()) <= 0:
-        raise SettingError(f"mix needs non-negative weights, not all zero, got {_named(mix)}")
+        raise ConfigError(f"mix needs non-negative weights, not all zero, got {_named(mix)}")
     total = sum(weights.values())
     return {kind: weight / total for kind, weight in weights.items()}
 
@@ -286,7 +286,7 @@ def build_ovi_items(
         got no question, and answers too short to interrupt (fewer than two words).
 
     Raises:
-        SettingError: a bad ``mix``, ``forms``, ``format``, ``source_options``, timing, phrasing or
+        ConfigError: a bad ``mix``, ``forms``, ``format``, ``source_options``, timing, phrasing or
             question setting.
         DataError: an unreadable or malformed annotation file (every bad entry listed).
         TextModelError: a model backend failed on the first 3 segments it was asked about.
@@ -351,16 +351,16 @@ def _annotations(scene: _Scene) -> list[dict[str, Any]]:
 
 def _check_settings(cfg: OviTrainBuild) -> None:
     if not set(cfg.forms) <= set(ITEM_FORMS) or not cfg.forms:
-        raise SettingError(f"forms must be a non-empty subset of {ITEM_FORMS}, got {[*map(str, cfg.forms)]}")
+        raise ConfigError(f"forms must be a non-empty subset of {ITEM_FORMS}, got {[*map(str, cfg.forms)]}")
     if cfg.words_per_second <= 0 or cfg.min_spoken_s < 0:
-        raise SettingError(
+        raise ConfigError(
             f"words_per_second must be positive and min_spoken_s not negative, got {cfg.words_per_second}, "
             f"{cfg.min_spoken_s}"
         )
     if not 0 <= cfg.paraphrased_share <= 1:
-        raise SettingError(f"paraphrased_share must be in [0, 1], got {cfg.paraphrased_share}")
+        raise ConfigError(f"paraphrased_share must be in [0, 1], got {cfg.paraphrased_share}")
     if cfg.phrase_bank not in tuple(PhraseBank):
-        raise SettingError(f"phrase_bank must be one of {', '.join(PhraseBank)}, got {cfg.phrase_bank!r}")
+        raise ConfigError(f"phrase_bank must be one of {', '.join(PhraseBank)}, got {cfg.phrase_bank!r}")
 
 
 def build_ovi_train(cfg: OviTrainBuild) -> Path:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import SettingError
+from core.errors import ConfigError
 from core.text_models import TextModel, TextModelConfig, TextModelError, make_text_model
 from data_builders.v2p_format import parse_options, render_question
 
@@ -113,7 +113,7 @@ def make_blind_models(cfg: BlindFilterConfig) -> list[TextModel]:
     """The configured blind-filter models, first then second; an empty list when neither is.
 
     Raises:
-        SettingError: a model's settings are incomplete or malformed (naming its key).
+        ConfigError: a model's settings are incomplete or malformed (naming its key).
     """
     slots = {"first": cfg.first, "second": cfg.second}
     models = [make_text_model(model, f"builder.qc.blind.{slot}") for slot, model in slots.items()]
@@ -167,7 +167,7 @@ def blind_filter(
     is kept, unless another model got it wrong, and listed as unjudged.
 
     Raises:
-        SettingError: ``rounds`` below 1.
+        ConfigError: ``rounds`` below 1.
         TextModelError: a model failed on the first three rows it was asked about.
     """
     if not models:
@@ -175,7 +175,7 @@ def blind_filter(
             "blind", list(rows), info={"models": [], "skipped": True, "reason": "no model configured"}
         )
     if rounds < 1:
-        raise SettingError(f"builder.qc.blind.rounds must be at least 1, got {rounds}")
+        raise ConfigError(f"builder.qc.blind.rounds must be at least 1, got {rounds}")
     tallies = [_BlindModel(model) for model in models]
     kept, removed, unjudged = [], [], []
     for row in rows:

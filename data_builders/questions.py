@@ -52,7 +52,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from core.errors import DecodeError, SettingError
+from core.errors import ConfigError, DecodeError
 from core.files import JsonlStore
 from core.text_models import (
     EndpointConfig,
@@ -509,7 +509,7 @@ class ModelQuestions:
     def __init__(self, model: TextModel, config: QuestionConfig, cache: str | Path | None):
         frames, attempts, workers = config.frames, config.attempts, config.endpoint.workers
         if attempts < 1 or frames < 0 or workers < 1:
-            raise SettingError(
+            raise ConfigError(
                 "builder.questions.attempts and .endpoint.workers must be >= 1 and .frames >= 0, "
                 f"got {attempts}, {workers}, {frames}"
             )
@@ -673,7 +673,7 @@ class ModelQuestions:
         from core.media import decode_span
 
         if video_path is None:
-            raise SettingError("questions.frames > 0 needs the video file")
+            raise ConfigError("questions.frames > 0 needs the video file")
         spec = MediaSpec(num_frames=self.frames, min_frames=1, max_pixels=self.frame_max_pixels)
         urls = []
         for frame in decode_span(video_path, caption.start, caption.end, spec).frames:
@@ -707,7 +707,7 @@ def make_question_generator(
     (with neither, it is kept in memory only).
 
     Raises:
-        SettingError: a setting the backend needs is missing or malformed.
+        ConfigError: a setting the backend needs is missing or malformed.
     """
     model = make_text_model(config, "builder.questions", sleep=sleep)
     if model is None:

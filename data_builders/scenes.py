@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.errors import DecodeError, SettingError
+from core.errors import ConfigError, DecodeError
 from data_builders.sources.captions import CaptionedVideo
 
 DEFAULT_THRESHOLD = 27.0  # PySceneDetect's default for ContentDetector
@@ -44,11 +44,11 @@ def detect_shots(
         there is no cut).
 
     Raises:
-        SettingError: a non-positive ``threshold`` or a negative ``min_scene_s``.
+        ConfigError: a non-positive ``threshold`` or a negative ``min_scene_s``.
         DecodeError: the file is missing or cannot be opened as a video.
     """
     if threshold <= 0 or min_scene_s < 0:
-        raise SettingError(f"need threshold > 0 and min_scene_s >= 0, got {threshold}, {min_scene_s}")
+        raise ConfigError(f"need threshold > 0 and min_scene_s >= 0, got {threshold}, {min_scene_s}")
     if not Path(video_path).is_file():
         raise DecodeError(str(video_path), "file not found")
     # Imported here: OpenCV is heavy, and only sources without segments need it.

@@ -41,7 +41,7 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from core.errors import DataError, DecodeError, SettingError
+from core.errors import ConfigError, DataError, DecodeError
 from core.files import atomic_path, crosstab_markdown, link_or_copy, save_samples, write_reports
 from core.text_models import TextModel
 from data_builders.cli_config import QuestionKind, VpSftBuild
@@ -418,7 +418,7 @@ def build_vp_sft(cfg: VpSftBuild, *, blind_models: Sequence[TextModel] | None = 
         ``cfg.out`` as a path.
 
     Raises:
-        SettingError: unknown shapes, kinds, colours or format, or fewer than one question per video.
+        ConfigError: unknown shapes, kinds, colours or format, or fewer than one question per video.
         DataError: no track files, a bad generic track, or no question survived.
     """
     _check_settings(cfg)
@@ -451,20 +451,20 @@ def build_vp_sft(cfg: VpSftBuild, *, blind_models: Sequence[TextModel] | None = 
 def _check_settings(cfg: VpSftBuild) -> None:
     shapes, kinds, colours = [*map(str, cfg.shapes)], [*map(str, cfg.kinds)], list(cfg.colours)
     if set(shapes) - set(PROMPT_NOUNS) or not shapes:
-        raise SettingError(f"shapes must be a non-empty subset of {sorted(PROMPT_NOUNS)}, got {shapes}")
+        raise ConfigError(f"shapes must be a non-empty subset of {sorted(PROMPT_NOUNS)}, got {shapes}")
     if set(kinds) - set(KINDS) or not kinds:
-        raise SettingError(f"kinds must be a non-empty subset of {list(KINDS)}, got {kinds}")
+        raise ConfigError(f"kinds must be a non-empty subset of {list(KINDS)}, got {kinds}")
     if set(colours) - set(PROMPT_COLOURS) or not colours:
-        raise SettingError(f"colours must be a non-empty subset of {sorted(PROMPT_COLOURS)}, got {colours}")
+        raise ConfigError(f"colours must be a non-empty subset of {sorted(PROMPT_COLOURS)}, got {colours}")
     if not cfg.line_widths or min(cfg.line_widths) < 1 or not 0 <= cfg.doodle_share <= 1:
-        raise SettingError(
+        raise ConfigError(
             f"line widths must be >= 1 px and doodle share in [0, 1], got {list(cfg.line_widths)}, "
             f"{cfg.doodle_share}"
         )
     if cfg.questions_per_video < 1:
-        raise SettingError(f"questions_per_video must be at least 1, got {cfg.questions_per_video}")
+        raise ConfigError(f"questions_per_video must be at least 1, got {cfg.questions_per_video}")
     if cfg.format not in TRACK_FORMATS:
-        raise SettingError(f"unknown track format {cfg.format!r}; choose one of {sorted(TRACK_FORMATS)}")
+        raise ConfigError(f"unknown track format {cfg.format!r}; choose one of {sorted(TRACK_FORMATS)}")
 
 
 def _prune_media(release: Path, rows: list[dict[str, Any]]) -> None:

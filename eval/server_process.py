@@ -20,13 +20,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from core.errors import SettingError
+from core.errors import UserError
 
 _LOG_TAIL = 2000  # characters of the server's log quoted when it fails to start
 _STOP_GRACE_S = 15.0
 
 
-class ServerError(SettingError):
+class ServerError(UserError, RuntimeError):
     """The server did not start, or died: the message quotes its log."""
 
 

@@ -18,9 +18,10 @@ from pathlib import Path
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
+from core.errors import ConfigError
 from core.files import write_text_atomic
 from launch.commands import dry_run_text, expand_env, launch_argv, sbatch_script, shell_join
-from launch.config import Launch, LauncherKind, LaunchError, compose_launch
+from launch.config import Launch, LauncherKind, compose_launch
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
             print(dry_run_text(launch), end="")
             return 0
         return _run(launch)
-    except (LaunchError, HydraException, OmegaConfBaseException, FileNotFoundError) as exc:
+    except (ConfigError, HydraException, OmegaConfBaseException, FileNotFoundError) as exc:
         cause = f"\n  {str(exc.__cause__).splitlines()[0]}" if exc.__cause__ else ""
         print(f"error: {exc}{cause}", file=sys.stderr)
         return 2
@@ -45,7 +46,7 @@ def _run(launch: Launch) -> int:
     cfg = launch.launcher
     if cfg.kind is LauncherKind.torchrun and cfg.nnodes > 1 and not launch.named_by_user:
         # Each node runs its own launcher, and their timestamps would differ.
-        raise LaunchError("several nodes: pass the same run_name=NAME on each, or run --dry-run's command")
+        raise ConfigError("several nodes: pass the same run_name=NAME on each, or run --dry-run's command")
     if cfg.kind is LauncherKind.slurm:
         script = Path(launch.run_dir) / "launch.sbatch"
         write_text_atomic(script, sbatch_script(launch))

@@ -11,7 +11,8 @@ import re
 import shlex
 from collections.abc import Mapping
 
-from launch.config import Launch, LauncherKind, LaunchError
+from core.errors import ConfigError
+from launch.config import Launch, LauncherKind
 
 # Words we emit ourselves that the shell must expand: "$NAME" or "$NAME:port". User overrides are never
 # treated so: they always contain "=" (or start with "~"), and are single-quoted when needed.
@@ -124,12 +125,12 @@ def expand_env(argv: list[str], environ: Mapping[str, str]) -> list[str]:
     """Resolve our variable words (``$MASTER_ADDR:29500``) from ``environ``, as the shell would.
 
     Raises:
-        LaunchError: a variable the command needs is not set; the message names it.
+        ConfigError: a variable the command needs is not set; the message names it.
     """
     expanded = []
     for word in argv:
         match = _ENV_WORD.fullmatch(word)
         if match and match.group(1) not in environ:
-            raise LaunchError(f"set {match.group(1)} (the first node's address) before launching")
+            raise ConfigError(f"set {match.group(1)} (the first node's address) before launching")
         expanded.append(environ[match.group(1)] + (match.group(2) or "") if match else word)
     return expanded

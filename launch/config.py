@@ -19,15 +19,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 import core.config
+from core.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 # The run name becomes a directory, a rendezvous id and a SLURM job name: keep it to safe characters.
 _RUN_NAME = re.compile(r"[A-Za-z0-9._/-]+")
-
-
-class LaunchError(ValueError):
-    """A launch that cannot be built as asked; the message names the key and the fix."""
 
 
 class LauncherKind(Enum):
@@ -61,7 +58,7 @@ class LauncherConfig:
         if self.kind is LauncherKind.local and (self.nnodes, self.nproc_per_node) != (1, 1):
             issues.append("launcher.kind=local runs one process: use a torchrun launcher for more")
         if issues:
-            raise LaunchError("; ".join(issues))
+            raise ConfigError("; ".join(issues))
 
 
 @dataclass
@@ -100,7 +97,7 @@ def compose_launch(args: list[str], now: datetime | None = None) -> Launch:
         run name plus a timestamp taken once.
 
     Raises:
-        LaunchError: a sweep override, a bad run name or an inconsistent launcher.
+        ConfigError: a sweep override, a bad run name or an inconsistent launcher.
         hydra.errors.ConfigCompositionException: an unknown key or a wrong type, named.
     """
     launcher_args, train_args = _split(args)
@@ -113,7 +110,7 @@ def compose_launch(args: list[str], now: datetime | None = None) -> Launch:
     # Reading cfg.run_name resolves any interpolation (${now:...}) here, once, instead of on every rank.
     run_name = cfg.run_name if named_by_user else f"{cfg.run_name}_{(now or datetime.now()):%Y%m%d-%H%M%S}"
     if not _RUN_NAME.fullmatch(run_name):
-        raise LaunchError(f"run_name={run_name!r}: use letters, digits and . _ - / only")
+        raise ConfigError(f"run_name={run_name!r}: use letters, digits and . _ - / only")
     cfg.run_name = run_name
     overrides = [a for a in train_args if _key(a) != "run_name"]
     return Launch(launcher, overrides, run_name, str(cfg.run_dir), named_by_user)
@@ -124,7 +121,7 @@ def _split(args: list[str]) -> tuple[list[str], list[str]]:
     parsed = OverridesParser.create().parse_overrides(args)
     sweeps = [o.input_line for o in parsed if o.is_sweep_override()]
     if sweeps:
-        raise LaunchError(
+        raise ConfigError(
             f"{sweeps}: a launch is one run. Sweep with python -m train -m hydra/launcher=submitit_slurm …"
         )
     is_launcher = [o.key_or_group.split(".")[0] == "launcher" for o in parsed]

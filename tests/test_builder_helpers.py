@@ -12,7 +12,7 @@ import pytest
 
 from core.checks import duplicate_ids, is_list_of, is_number, is_string
 from core.cli import run_cli
-from core.errors import DataError, SettingError
+from core.errors import ConfigError, DataError
 from core.files import (
     atomic_dir,
     atomic_path,
@@ -149,7 +149,7 @@ def test_value_checks():
 
 def test_run_cli_prints_user_errors_as_one_line(capsys):
     def bad_setting():
-        raise SettingError("mix needs 3 weights")
+        raise ConfigError("mix needs 3 weights")
 
     with pytest.raises(SystemExit) as caught:
         run_cli(bad_setting)
@@ -159,7 +159,7 @@ def test_run_cli_prints_user_errors_as_one_line(capsys):
 
 
 def test_a_synthetic_build_with_other_settings_is_never_deleted_silently(tmp_path):
-    from core.errors import SettingError
+    from core.errors import ConfigError
     from data_builders.build import build_synthetic
     from data_builders.cli_config import SyntheticDataConfig
 
@@ -168,7 +168,7 @@ def test_a_synthetic_build_with_other_settings_is_never_deleted_silently(tmp_pat
         SyntheticDataConfig(root=str(root), train_videos=2, eval_videos=2, vp_questions_per_video=1)
     )
     before = (root / "build.json").read_text()
-    with pytest.raises(SettingError, match="train_videos: 2 there, 3 asked"):
+    with pytest.raises(ConfigError, match="train_videos: 2 there, 3 asked"):
         build_synthetic(
             SyntheticDataConfig(root=str(root), train_videos=3, eval_videos=2, vp_questions_per_video=1)
         )

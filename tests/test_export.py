@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from core.errors import SettingError
+from core.errors import ConfigError
 from core.files import save_samples
 from core.sample import Part, Sample, Turn
 from core.video_io import read_all_frames, write_mp4
@@ -139,7 +139,7 @@ def test_swift_export(hf_dir: Path, tmp_path: Path):
 
 
 def test_unknown_format_is_a_setting_error(hf_dir: Path, tmp_path: Path):
-    with pytest.raises(SettingError, match="llamafactory"):
+    with pytest.raises(ConfigError, match="llamafactory"):
         _export(hf_dir, tmp_path / "x", "axolotl")
 
 

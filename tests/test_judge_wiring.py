@@ -13,7 +13,7 @@ import pytest
 from fake_openai import ChatServer, completion, error_body
 
 from core.config import JudgeConfig
-from core.errors import SettingError
+from core.errors import ConfigError
 from core.text_models import EndpointConfig
 from data_builders.ovi_format import load_ovibench, ovi_row_to_sample
 from eval.benchmarks.ovi import OVI
@@ -110,7 +110,7 @@ def test_make_judge_from_config(tmp_path):
         (JudgeConfig("gpt"), "judge.backend"),
         (JudgeConfig("endpoint", "m", endpoint=_endpoint("http://x/v1"), metrics=["tfs", "xyz"]), "xyz"),
     ):
-        with pytest.raises(SettingError, match=message):
+        with pytest.raises(ConfigError, match=message):
             make_judge(bad, tmp_path)
 
 

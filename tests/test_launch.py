@@ -14,12 +14,12 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 import launch.__main__ as launch_main
+from core.errors import ConfigError
 from launch.commands import deepspeed_argv, dry_run_text, expand_env, shell_join, torchrun_argv
 from launch.config import (
     CONF_DIR,
     LaunchConfig,
     LauncherConfig,
-    LaunchError,
     compose_launch,
     register_configs,
 )
@@ -174,7 +174,7 @@ def test_typo_is_one_clear_error_on_the_command_line():
     ],
 )
 def test_bad_launches_are_refused(args):
-    with pytest.raises(LaunchError):
+    with pytest.raises(ConfigError):
         compose_launch(["+exp=ovi_lora", *args])
 
 
@@ -206,7 +206,7 @@ def test_multi_node_torchrun_needs_one_name_for_all_nodes(monkeypatch):
 def test_master_addr_is_read_where_the_command_runs():
     argv = torchrun_argv(_launch("torchrun_2x8"))
     assert "10.0.0.1:29500" in expand_env(argv, {"MASTER_ADDR": "10.0.0.1"})
-    with pytest.raises(LaunchError, match="MASTER_ADDR"):
+    with pytest.raises(ConfigError, match="MASTER_ADDR"):
         expand_env(argv, {})
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from caption_sources import make_source
 
-from core.errors import DataError, SettingError
+from core.errors import ConfigError, DataError
 from core.video_io import write_mp4
 from core.vocab import InterruptionType
 from data_builders.cli_config import OviTrainPaperBuild
@@ -297,7 +297,7 @@ def test_a_missing_source_is_skipped_with_a_line_and_recorded(data_root: Path, t
 def test_bad_settings_are_named(data_root: Path, tmp_path: Path, change, message: str):
     cfg = _two_sources(data_root, tmp_path / "out")
     change(cfg)
-    with pytest.raises(SettingError, match=message):
+    with pytest.raises(ConfigError, match=message):
         compose_ovi_train(cfg)
 
 

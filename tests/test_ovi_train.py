@@ -18,7 +18,7 @@ from caption_sources import (
     realistic_qvhighlights,
 )
 
-from core.errors import DataError, DataErrors, SettingError
+from core.errors import ConfigError, DataError, DataErrors
 from core.sample import Sample
 from core.vocab import InterruptionType
 from data_builders.ovi_format import load_ovibench, ovi_row_to_sample
@@ -101,9 +101,9 @@ def test_mix_is_configurable(source: tuple[Path, Path]):
     }
     rows, _ = build_ovi_items(ovi_build(*source, seed=1, mix=no_cancel))
     assert set(Counter(r["interruption_type"] for r in rows)) == {"Correction", "False Trigger"}
-    with pytest.raises(SettingError, match="mix needs non-negative weights"):
+    with pytest.raises(ConfigError, match="mix needs non-negative weights"):
         build_ovi_items(ovi_build(*source, seed=1, mix={InterruptionType.correction: -1}))
-    with pytest.raises(SettingError, match="forms"):
+    with pytest.raises(ConfigError, match="forms"):
         build_ovi_items(ovi_build(*source, seed=1, forms=["essay"]))
 
 
@@ -284,7 +284,7 @@ def test_an_eval_build_speaks_only_eval_and_paraphrased_words_in_the_configured_
     ],
 )
 def test_bad_timing_or_phrasing_settings_are_named(source: tuple[Path, Path], setting: dict, message: str):
-    with pytest.raises(SettingError, match=message):
+    with pytest.raises(ConfigError, match=message):
         build_ovi_items(ovi_build(*source, **setting))
 
 

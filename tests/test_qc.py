@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from fake_openai import completion
 
-from core.errors import SettingError
+from core.errors import ConfigError
 from core.text_models import (
     EndpointConfig,
     EndpointTextModel,
@@ -221,7 +221,7 @@ def _endpoint(base_url: str | None, model: str | None = "m", **server) -> dict:
 )
 def test_text_model_setting_errors_name_the_key(config: type, key: str, settings: dict, message: str):
     assert make_text_model(config(), key) is None  # backend none: no model
-    with pytest.raises(SettingError, match=re.escape(message.format(key=key))):
+    with pytest.raises(ConfigError, match=re.escape(message.format(key=key))):
         make_text_model(config(**settings), key)
 
 
@@ -229,7 +229,7 @@ def test_text_model_setting_errors_name_the_key(config: type, key: str, settings
 def test_qc_names_its_blind_filter_key(slot: str):
     rows = [dict(r) for r in ROWS]
     blind = BlindFilterConfig(**{slot: BlindModelConfig(**_endpoint(None))})
-    with pytest.raises(SettingError, match=re.escape(f"builder.qc.blind.{slot}.endpoint.base_url")):
+    with pytest.raises(ConfigError, match=re.escape(f"builder.qc.blind.{slot}.endpoint.base_url")):
         run_qc(rows, QcConfig(blind=blind), np.random.default_rng(0))
 
 

@@ -18,7 +18,7 @@ from caption_sources import make_source as _make_source
 from caption_sources import ovi_build
 from fake_openai import ChatServer, completion
 
-from core.errors import SettingError
+from core.errors import ConfigError
 from core.files import JsonlStore
 from core.text_models import EndpointConfig, TextModelError
 from core.video_io import write_mp4
@@ -403,7 +403,7 @@ def test_parse_reply(reply: str, why: str):
     ],
 )
 def test_bad_settings_are_named(config: QuestionConfig, message: str):
-    with pytest.raises(SettingError, match=message):
+    with pytest.raises(ConfigError, match=message):
         make_question_generator(config)
 
 

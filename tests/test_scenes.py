@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.errors import DecodeError, SettingError
+from core.errors import ConfigError, DecodeError
 from core.video_io import write_mp4
 from data_builders.scenes import detect_shots, segments_from_annotations
 from data_builders.sources.captions import Caption, CaptionedVideo
@@ -70,9 +70,9 @@ def test_bad_video_or_settings(tmp_path: Path):
     junk.write_bytes(b"not a video")
     with pytest.raises(DecodeError, match=str(junk)):
         detect_shots(junk)
-    with pytest.raises(SettingError):
+    with pytest.raises(ConfigError):
         detect_shots(junk, threshold=0)
-    with pytest.raises(SettingError):
+    with pytest.raises(ConfigError):
         detect_shots(junk, min_scene_s=-1)
 
 

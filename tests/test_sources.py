@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from caption_sources import ovi_build
 
-from core.errors import DataError, DataErrors, SettingError
+from core.errors import ConfigError, DataError, DataErrors
 from core.video_io import write_mp4
 from data_builders.ovi_format import check_ovi_row, load_ovibench
 from data_builders.ovi_train import build_ovi_items, build_ovi_train
@@ -55,13 +55,13 @@ def _check_rows(rows: list[dict], source: str) -> None:
 
 def test_sources_registry_and_option_checks(tmp_path: Path):
     assert set(SOURCES) == {"activitynet", "qvhighlights", "youcook2", "ucf_crime", "moviechat"}
-    with pytest.raises(SettingError, match="unknown source format 'kinetics'"):
+    with pytest.raises(ConfigError, match="unknown source format 'kinetics'"):
         read_source("kinetics", tmp_path / "x.json", tmp_path)
-    with pytest.raises(SettingError, match=r"takes no option\(s\) \['subset'\]; it takes \['window_s'\]"):
+    with pytest.raises(ConfigError, match=r"takes no option\(s\) \['subset'\]; it takes \['window_s'\]"):
         read_source("moviechat", tmp_path, tmp_path, subset="training")
-    with pytest.raises(SettingError, match="window_s must be a positive"):
+    with pytest.raises(ConfigError, match="window_s must be a positive"):
         read_source("moviechat", tmp_path, tmp_path, window_s=0)
-    with pytest.raises(SettingError, match="subset must be"):
+    with pytest.raises(ConfigError, match="subset must be"):
         read_source("youcook2", tmp_path / "x.json", tmp_path, subset=3)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from core.errors import DataError, SettingError
+from core.errors import ConfigError, DataError
 from core.video_io import read_all_frames, write_mp4
 from data_builders.cli_config import VpSftBuild
 from data_builders.sources.tracks import load_generic_track, read_got10k, read_lasot, read_tracks
@@ -95,9 +95,9 @@ def test_bad_sequences_are_quarantined_with_the_reason(tmp_path: Path):
 
 
 def test_unknown_format_or_option_is_a_setting_error(tmp_path: Path):
-    with pytest.raises(SettingError, match="choose one of"):
+    with pytest.raises(ConfigError, match="choose one of"):
         read_tracks("mot17", tmp_path, tmp_path)
-    with pytest.raises(SettingError, match="stride"):
+    with pytest.raises(ConfigError, match="stride"):
         read_tracks("got10k", tmp_path, tmp_path, strides=2)
 
 

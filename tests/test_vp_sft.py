@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from core.errors import DataError, SettingError
+from core.errors import ConfigError, DataError
 from core.video_io import read_all_frames, write_mp4
 from data_builders.cli_config import VpSftBuild
 from data_builders.qc import balance_answer_letters
@@ -246,6 +246,6 @@ def test_bad_track_names_file_and_field(world: Path, tmp_path: Path):
 
 
 def test_unknown_prompt_shape_is_a_setting_error(world: Path, tmp_path: Path):
-    with pytest.raises(SettingError, match="shapes"):
+    with pytest.raises(ConfigError, match="shapes"):
         build_vp_sft(_build(world, tmp_path / "out", shapes=["star"]))
     assert not (tmp_path / "out").exists()

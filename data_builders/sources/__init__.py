@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.errors import SettingError
+from core.errors import ConfigError
 from data_builders.sources.activitynet import load_activitynet_captions
 from data_builders.sources.captions import Caption, CaptionedVideo
 from data_builders.sources.moviechat import load_moviechat
@@ -49,16 +49,16 @@ def read_source(
     """Read ``path`` with the reader of ``source_format``.
 
     Raises:
-        SettingError: an unknown format, or an option its reader does not take (naming those it does).
+        ConfigError: an unknown format, or an option its reader does not take (naming those it does).
         DataError: as the reader raises for bad annotations.
     """
     reader = SOURCES.get(source_format)
     if reader is None:
-        raise SettingError(f"unknown source format {source_format!r}; choose one of {sorted(SOURCES)}")
+        raise ConfigError(f"unknown source format {source_format!r}; choose one of {sorted(SOURCES)}")
     accepted = [name for name, p in inspect.signature(reader).parameters.items() if p.kind is p.KEYWORD_ONLY]
     unknown = sorted(set(options) - set(accepted))
     if unknown:
-        raise SettingError(
+        raise ConfigError(
             f"source format {source_format!r} takes no option(s) {unknown}; it takes {accepted or 'none'}"
         )
     return reader(path, videos_dir, **options)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from core.checks import is_number, is_string
-from core.errors import DataError, DataErrors, SettingError
+from core.errors import ConfigError, DataError, DataErrors
 from core.files import read_json_object
 from data_builders.sources.captions import (
     Caption,
@@ -48,12 +48,12 @@ def load_moviechat(
         ``(videos, quarantined)``; each reason names the video and the breakpoint index.
 
     Raises:
-        SettingError: ``window_s`` is not positive.
+        ConfigError: ``window_s`` is not positive.
         DataError / DataErrors: no JSON files, unreadable JSON, or missing or mistyped fields; every
             problem of every file is listed, each naming its file.
     """
     if not (is_number(window_s) and window_s > 0):
-        raise SettingError(f"window_s must be a positive number of seconds, got {window_s!r}")
+        raise ConfigError(f"window_s must be a positive number of seconds, got {window_s!r}")
     path = Path(path)
     files = sorted(path.glob("*.json")) if path.is_dir() else [path]
     if not files:

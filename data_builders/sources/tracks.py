@@ -45,7 +45,7 @@ import numpy as np
 from PIL import Image
 
 from core.checks import is_list_of, is_number
-from core.errors import DataError, SettingError
+from core.errors import ConfigError, DataError
 from core.files import read_json_object, write_json_atomic
 
 TRACK_FIELDS = ("video_id", "video_path", "fps", "duration", "width", "height", "objects")
@@ -155,11 +155,11 @@ def read_sequence_folders(
         unreadable images is quarantined with the reason, not fatal.
 
     Raises:
-        SettingError: non-positive fps, stride or max_side.
+        ConfigError: non-positive fps, stride or max_side.
         DataError: no sequence folder under ``root``.
     """
     if fps <= 0 or stride < 1 or max_side < 2:
-        raise SettingError(f"fps, stride and max_side must be positive, got {fps}, {stride}, {max_side}")
+        raise ConfigError(f"fps, stride and max_side must be positive, got {fps}, {stride}, {max_side}")
     folders = sorted({p.parent for p in Path(root).rglob("groundtruth.txt")})
     if not folders:
         raise DataError(str(root), "no sequence folders (with a groundtruth.txt) found")
@@ -307,17 +307,15 @@ def read_tracks(
     """Read tracks with the reader of ``source_format`` (a key of :data:`TRACK_FORMATS`).
 
     Raises:
-        SettingError: an unknown format or an option its reader does not take.
+        ConfigError: an unknown format or an option its reader does not take.
     """
     reader = TRACK_FORMATS.get(source_format)
     if reader is None:
-        raise SettingError(f"unknown track format {source_format!r}; choose one of {sorted(TRACK_FORMATS)}")
+        raise ConfigError(f"unknown track format {source_format!r}; choose one of {sorted(TRACK_FORMATS)}")
     accepted = [n for n, p in inspect.signature(reader).parameters.items() if p.kind is p.KEYWORD_ONLY]
     unknown = sorted(set(options) - set(accepted))
     if unknown:
-        raise SettingError(
-            f"track format {source_format!r} takes no option(s) {unknown}; it takes {accepted}"
-        )
+        raise ConfigError(f"track format {source_format!r} takes no option(s) {unknown}; it takes {accepted}")
     return reader(root, videos_out, **options)
 
 

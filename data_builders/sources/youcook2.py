@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from core.checks import is_list_of, is_number, is_string
-from core.errors import DataError, DataErrors, SettingError
+from core.errors import ConfigError, DataError, DataErrors
 from core.files import read_json_object
 from data_builders.sources.captions import (
     Caption,
@@ -47,7 +47,7 @@ def load_youcook2(
         ``(videos, quarantined)``; each reason names the video and the annotation id.
 
     Raises:
-        SettingError: ``subset`` is not a string or a list of strings.
+        ConfigError: ``subset`` is not a string or a list of strings.
         DataError / DataErrors: unreadable JSON, no ``database`` object, or entries of the wrong
             structure (all listed).
     """
@@ -84,7 +84,7 @@ def _subsets(subset: str | Sequence[str] | None) -> set[str] | None:
         return {subset}
     if isinstance(subset, Sequence) and all(isinstance(s, str) for s in subset):
         return set(subset)
-    raise SettingError(f"subset must be a subset name or a list of them, got {subset!r}")
+    raise ConfigError(f"subset must be a subset name or a list of them, got {subset!r}")
 
 
 def _entry_problems(vid: str, entry: Any) -> list[str]:
