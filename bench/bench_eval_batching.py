@@ -1,22 +1,19 @@
 """Evaluation throughput: items per second batched (16 at a time) against one at a time.
 
 The evaluation's own ``generate`` (render, left-padded processor batch, greedy decoding of up to
-``eval.max_new_tokens`` tokens) on the first 32 items of the synthetic V2P-Bench twin, tiny model.
+``eval.settings.v2p.max_new_tokens`` tokens) on the first 32 items of the synthetic V2P-Bench twin, tiny
+model.
 
     python bench/bench_eval_batching.py
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
-from common import median, print_table, quickstart_config, timed
+from common import median, print_table, quickstart_run, timed, v2p_items
 
-from core.media import FrameCache, check_media
-from data_builders.build import with_synthetic_data
-from eval.benchmarks.v2p import load as load_v2p
-from eval.generation import generate
+from core.media import FrameCache
+from eval.predictor import generate
 from models.chat import make_adapter
 from models.loading import load_model
 
@@ -26,12 +23,9 @@ REPEATS = 3  # timed passes over all items, per setting, alternating; the fastes
 
 
 def main() -> None:
-    cfg = quickstart_config()
-    cfg = with_synthetic_data(cfg)
+    cfg = quickstart_run().cfg
     cache = FrameCache(cfg.data.frame_cache)
-    eval_cfg = replace(cfg.eval, benchmarks=["v2p"], limit=ITEMS, batch_size=BATCH)
-    items, _ = check_media(load_v2p(eval_cfg)[:ITEMS], cfg.media, cache, desc="v2p")  # warms the cache
-    assert len(items) == ITEMS, f"the synthetic V2P twin has {len(items)} items, {ITEMS} wanted"
+    items, settings = v2p_items(quickstart_run(), ITEMS, cache)  # warms the cache
     model, processor = load_model(cfg.model)
     model.eval()
     adapter = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)
@@ -40,7 +34,7 @@ def main() -> None:
     def run(size: int) -> None:
         with torch.no_grad():
             for start in range(0, len(items), size):
-                generate(model, adapter, items[start : start + size], eval_cfg.max_new_tokens)
+                generate(model, adapter, items[start : start + size], settings.max_new_tokens)
 
     run(BATCH)  # warm-up: first-call allocations
     times: dict[int, list[float]] = {1: [], BATCH: []}
@@ -58,7 +52,7 @@ def main() -> None:
     ]
     print_table(
         f"Evaluation batching: {ITEMS} V2P items, tiny Qwen2.5-VL, greedy, up to "
-        f"{eval_cfg.max_new_tokens} new tokens, fastest of {REPEATS} passes",
+        f"{settings.max_new_tokens} new tokens, fastest of {REPEATS} passes",
         ["setting", "items/s", "x one at a time", "decoding steps per call (median)"],
         rows,
         notes=["a batch decodes until its longest answer ends (or max_new_tokens); one item, until its own"],

@@ -11,26 +11,23 @@ does, the in-process model as the checkpoints were released: see models/rope.py)
         "VENV/bin/python -m vllm.entrypoints.openai.api_server --model {model} --port {port} --dtype float32 \
          --max-model-len 4096 --media-io-kwargs '{\"video\": {\"num_frames\": -1}}'"    # vLLM's CPU build
 
-(vLLM's CPU attention needs a head size of at least 32, which the tiny checkpoints do not have: the README
-says how the head-32 variant and vLLM's environment were made.)
+(vLLM's CPU attention needs a head size of at least 32, which the tiny checkpoints do not have:
+docs/serving.md says how the head-32 variant and vLLM's environment were made.)
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import torch
-from common import BENCH_ROOT, print_table, quickstart_config, timed
+from common import BENCH_ROOT, print_table, quickstart_run, timed, v2p_items
 
 from core.config import OviProtocol, ServerConfig, VideoTransport
-from core.media import FrameCache, check_media
+from core.media import FrameCache
 from core.text_models import EndpointConfig
-from data_builders.build import with_synthetic_data
-from eval.benchmarks.v2p import load as load_v2p
-from eval.generation import InProcess
+from eval.predictor import InProcess
 from eval.served import ServedModel
 from eval.server_process import launched_server
 from models.chat import make_adapter
@@ -53,17 +50,16 @@ def main() -> None:
     parser.add_argument("--checkpoint", help="a Qwen2.5-VL checkpoint (default: the quickstart's tiny one)")
     args = parser.parse_args()
 
-    cfg = quickstart_config(
+    run = quickstart_run(
         *([f"model.name_or_path={args.checkpoint}", "model.tiny=false"] if args.checkpoint else [])
     )
-    cfg = with_synthetic_data(cfg)
+    cfg = run.cfg
     cache = FrameCache(cfg.data.frame_cache)
-    eval_cfg = replace(cfg.eval, benchmarks=["v2p"], limit=ITEMS)
-    items, _ = check_media(load_v2p(eval_cfg)[:ITEMS], cfg.media, cache, desc="v2p")
+    items, settings = v2p_items(run, ITEMS, cache)
     model, processor = load_model(cfg.model)
     model.eval()
     chat = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)
-    length = eval_cfg.max_new_tokens
+    length = settings.max_new_tokens
     protocol = OviProtocol.teacher_forced
 
     in_process = InProcess(model, chat)
@@ -74,7 +70,7 @@ def main() -> None:
             for start in range(0, len(items), BATCH):
                 out += [
                     f["prediction"]
-                    for f in in_process.predict(items[start : start + BATCH], protocol, length)
+                    for f in in_process.generate(items[start : start + BATCH], protocol, length)
                 ]
             return out
 
@@ -91,10 +87,10 @@ def main() -> None:
             served = ServedModel(
                 base_url, cfg.model.name_or_path, chat, server, BENCH_ROOT / "served" / "clips"
             )
-            answers = [f["prediction"] for f in served.predict(items, protocol, length)]  # warm-up, clips
+            answers = [f["prediction"] for f in served.generate(items, protocol, length)]  # warm-up, clips
             agreement[workers] = [same(answers, reference), same(answers, library)]
             best = min(
-                timed(lambda served=served: served.predict(items, protocol, length)) for _ in range(REPEATS)
+                timed(lambda served=served: served.generate(items, protocol, length)) for _ in range(REPEATS)
             )
             rates[f"served, {workers} in flight"] = ITEMS / best
     base = rates["in process, batch 16"]
@@ -142,7 +138,7 @@ def library_positions_answers(cfg, chat, items, length: int) -> list[str]:
         return [
             f["prediction"]
             for s in range(0, len(items), BATCH)
-            for f in engine.predict(items[s : s + BATCH], protocol, length)
+            for f in engine.generate(items[s : s + BATCH], protocol, length)
         ]
 
 

@@ -29,6 +29,7 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from core.config import TrainConfig, register_configs  # noqa: E402
 from core.media import FrameCache  # noqa: E402
+from core.run import Run  # noqa: E402
 from core.sample import Sample  # noqa: E402
 from models.chat import VideoChatAdapter, make_adapter  # noqa: E402
 
@@ -39,7 +40,9 @@ BENCH_ROOT = Path(os.environ.get("BENCH_ROOT", REPO / "outputs" / "bench"))
 def quickstart_config(*overrides: str) -> TrainConfig:
     """The quickstart experiment as ``python -m train +exp=quickstart`` composes it, with a smaller
     synthetic build under ``BENCH_ROOT`` (8 training videos; 8 evaluation videos, 32 V2P items)."""
-    register_configs()
+    from eval.benchmarks import settings_schemas
+
+    register_configs(settings_schemas())
     defaults = [
         "+exp=quickstart",
         f"output_root={BENCH_ROOT}",
@@ -65,15 +68,37 @@ class Setup:
     samples: list[Sample]
 
 
+def quickstart_run(*overrides: str) -> Run:
+    """:func:`quickstart_config` resolved as ``python -m train`` resolves it (the synthetic data built)."""
+    from train.recipe import resolve
+
+    return resolve(quickstart_config(*overrides))
+
+
+def v2p_items(run: Run, count: int, cache: FrameCache) -> tuple[list[Sample], object]:
+    """The first ``count`` items of the synthetic V2P twin, media-checked (warming the frame cache), and
+    V2P's settings as evaluation reads them."""
+    from dataclasses import replace
+
+    from core.media import check_media
+    from data_builders.build import synthetic_datasets
+    from eval.benchmarks import resolve_settings
+    from eval.benchmarks.v2p import load
+
+    evaluation = resolve_settings(replace(run.cfg.eval, benchmarks=["v2p"]), synthetic_datasets(run.cfg.data))
+    settings = evaluation.settings["v2p"]
+    items, _ = check_media(load(settings)[:count], run.cfg.media, cache, desc="v2p")
+    assert len(items) == count, f"the synthetic V2P twin has {len(items)} items, {count} wanted"
+    return items, settings
+
+
 def training_setup(*overrides: str) -> Setup:
     """Build (once) and load the quickstart's data and tiny model; warm the frame cache."""
     from core.media import check_media
-    from data_builders.build import with_synthetic_data
     from models.loading import load_model
     from train.data import load_samples
 
-    cfg = quickstart_config(*overrides)
-    cfg = with_synthetic_data(cfg)
+    cfg = quickstart_run(*overrides).cfg
     cache = FrameCache(cfg.data.frame_cache)
     _, processor = load_model(cfg.model)
     adapter = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)

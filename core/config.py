@@ -9,15 +9,18 @@ imports no torch, so ``launch/`` can read configs cheaply.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 from core.choice import Choice
 from core.decoding import MediaSpec
 from core.text_models import EndpointConfig, TextModelConfig
-from core.vocab import PAPER_MIX, InterruptionType, PromptShape
+from core.vocab import PAPER_MIX, InterruptionType, ItemForm, PromptShape
 
 
 class Family(Choice):
@@ -146,21 +149,35 @@ class TrainerConfig:
 
 
 class StageMethod(Choice):
-    """What a training run optimises (``stage.method``)."""
+    """What a training run optimises (``stage.method``; train/stages.py, train/preference.py)."""
 
     sft = "sft"  # supervised fine-tuning on data.train's samples
     dpo = "dpo"  # DPO (TRL's DPOTrainer) on preference pairs made from data.train's OVI samples
     kto = "kto"  # KTO (TRL's KTOTrainer) on the same pairs unpaired: right and wrong reactions, labelled
 
 
+# TRL's DPOConfig.loss_type values, as TRL names them.
+DpoLoss = Choice(
+    "DpoLoss",
+    [
+        (name, name)
+        for name in (
+            "sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
+            "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm",
+        )
+    ],
+    module=__name__,
+)  # fmt: skip
+
+
 @dataclass
 class StageConfig:
-    """The training stage. ``dpo`` trains on preference pairs (data_builders/preferences.py: the right
-    reaction to an interruption over each wrong one) made from data.train's OVI samples, or read from pair
-    datasets (``builder=preference``); the reference is the starting model (LoRA: the adapter switched off),
-    and the held-out pairs of eval.ovi_root are scored on the baseline and every checkpoint (train/dpo.py).
-    ``kto`` trains on the same pairs unpaired (train/kto.py), with the same reference and held-out pairs.
-    ``data.weights`` mixes the pair datasets of data.train as it mixes SFT datasets."""
+    """The training stage (``method``). The post-SFT stages (``dpo``, ``kto``; train/preference.py) train
+    on preference pairs (data_builders/preferences.py: the right reaction to an interruption over each wrong
+    one) made from data.train's OVI samples, or read from pair datasets (``builder=preference``), mixed by
+    ``data.weights`` as SFT datasets are; ``kto`` on the same pairs unpaired. The reference is the starting
+    model (LoRA: the adapter switched off); the held-out pairs (the ``ovi_pairs`` benchmark) report the
+    implicit reward at ``beta``."""
 
     method: StageMethod = StageMethod.sft
     # dpo, kto: an SFT run's checkpoint to start from (a LoRA adapter is merged into model.name_or_path once,
@@ -170,10 +187,10 @@ class StageConfig:
     beta: float = 0.1  # DPO's and KTO's beta: how far the policy may move from the reference
     # dpo: TRL's DPOConfig.loss_type values, summed: [sigmoid] is DPO, [ipo] IPO, [sigmoid, sft] adds the
     # chosen reaction's NLL (RPO)
-    loss_type: list[str] = field(default_factory=lambda: ["sigmoid"])
+    loss_type: list[DpoLoss] = field(default_factory=lambda: [DpoLoss.sigmoid])
     # which pairs train (held-out metrics report both): open (the reaction itself) and/or mcq (the answer
     # letter and type over a wrong option's, which keeps the MCQ answer format trained)
-    pair_forms: list[str] = field(default_factory=lambda: ["open", "mcq"])
+    pair_forms: list[ItemForm] = field(default_factory=lambda: [ItemForm.open, ItemForm.mcq])
 
 
 # When a training's baseline and checkpoints are evaluated. inline: by the training itself, before step 1
@@ -233,28 +250,21 @@ class ServerConfig:
 class EvalConfig:
     """Benchmarks run on the untuned baseline and after every checkpoint save."""
 
-    # Names in eval.benchmarks.BENCHMARKS: v2p, ovi, and the V2P hack diagnostics v2p_blind, v2p_z,
-    # v2p_shuffled, v2p_text_prompt (each needs v2p; eval/benchmarks/diagnostics.py).
+    # Names in eval.benchmarks.BENCHMARKS: v2p, ovi, ovi_pairs (held-out preference pairs), and the V2P hack
+    # diagnostics v2p_blind, v2p_z, v2p_shuffled, v2p_text_prompt (each needs v2p; eval/benchmarks/).
     benchmarks: list[str] = field(default_factory=lambda: ["v2p", "ovi"])
-    v2p_root: str | None = None  # a V2P-Bench release directory (dataset_info.jsonl, videos/, frames/)
-    ovi_root: str | None = None  # an OVIBench directory (ovibench.jsonl, videos/)
-    input_order: InputOrder = InputOrder.official
+    # Each benchmark's own settings, eval.settings.<name>.<key> (e.g. eval.settings.v2p.root=<release dir>,
+    # eval.settings.ovi.protocol=teacher_forced): the dataclass in eval/benchmarks/<name>.py documents each
+    # key and its default, and a misspelt key fails when the config is composed.
+    settings: dict[str, Any] = field(default_factory=dict)
     limit: int | None = None  # evaluate only the first N items of each benchmark
     batch_size: int = 16
-    max_new_tokens: int = 64  # V2P letters and OVI multiple-choice answers ("B (Correction)"); V2P's official
-    max_new_tokens_open: int = 128  # open-ended OVIBench reactions (batched apart, so MCQ batches stay short)
-    ovi_protocol: OviProtocol = OviProtocol.simulated  # the paper's; teacher_forced is a cheaper proxy
     bootstrap_resamples: int = 2000
     mode: EvalMode = EvalMode.inline  # who evaluates a training's baseline and checkpoints, and when
     # Results shared across runs and paths, by weights and settings fingerprint (eval/results_cache.py);
     # conf/eval puts it under output_root. null: each run keeps only its own results.
     results_cache: str | None = None
-    diagnostics_seed: int = 0  # v2p_shuffled: which video each question is paired with
     server: ServerConfig = field(default_factory=ServerConfig)  # null command and base_url: in-process
-    # Also score held-out preference pairs made from ovi_root's OVIBench (the right reaction over each wrong
-    # one: accuracy per interruption type and form, deltas vs the baseline; eval/preference.py). A preference
-    # training (stage.method dpo or kto) scores them whatever this says.
-    preference_pairs: bool = False
 
 
 @dataclass
@@ -326,8 +336,15 @@ class EvalRunConfig(RunConfig):
     run_name: str = "eval"
 
 
-def register_configs() -> None:
-    """Register the schemas that ``conf/train.yaml`` and ``conf/eval.yaml`` extend."""
+def register_configs(benchmark_settings: Mapping[str, type] | None = None) -> None:
+    """Register the schemas that ``conf/train.yaml`` and ``conf/eval.yaml`` extend; with
+    ``benchmark_settings`` (each benchmark's settings dataclass, ``eval.benchmarks.settings_schemas``)
+    ``eval.settings.<name>`` is typed too, so a misspelt benchmark setting fails at compose time."""
     store = ConfigStore.instance()
-    store.store(name="train_schema", node=TrainConfig)
-    store.store(name="eval_schema", node=EvalRunConfig)
+    typed = {bench: OmegaConf.structured(schema) for bench, schema in (benchmark_settings or {}).items()}
+    for name, run_schema in (("train_schema", TrainConfig), ("eval_schema", EvalRunConfig)):
+        node = OmegaConf.structured(run_schema)
+        node.eval.settings = typed
+        if not typed:  # untyped (launch/ composes without the benchmarks): eval.settings.X.Y=... still works
+            OmegaConf.set_struct(node.eval.settings, False)
+        store.store(name=name, node=node)

@@ -13,6 +13,8 @@ A training run and its evaluation (inline, by the watcher, or by ``python -m eva
     <run_dir>/summary.json, report.md the comparison of every model with the baseline
     <run_dir>/parameters.json, deepspeed.json, metrics.jsonl, wandb/
     <run_dir>/data_mix.json           per training dataset: weight, share, samples drawn and used
+    <run_dir>/start_model/            a post-SFT stage's starting model: the SFT adapter merged into its base
+    <run_dir>/eval/served_weights/<checkpoint>/   a checkpoint as a server loads it (a LoRA one merged)
 
 Every file written here is written whole (under a temporary name, then renamed), except the append-only
 results files (:class:`core.files.JsonlStore`).
@@ -187,6 +189,16 @@ class RunDir:
     @property
     def deepspeed_file(self) -> Path:
         return self.path / "deepspeed.json"
+
+    @property
+    def start_model_dir(self) -> Path:
+        """A post-SFT stage's starting model, when it starts from a LoRA checkpoint (merged once)."""
+        return self.path / "start_model"
+
+    @property
+    def served_weights_dir(self) -> Path:
+        """Where each checkpoint served for evaluation is written as a server loads it."""
+        return self.eval_dir / "served_weights"
 
     @property
     def data_mix_file(self) -> Path:

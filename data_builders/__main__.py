@@ -102,7 +102,7 @@ def _export(cfg: ExportBuild) -> None:
 def _preference(cfg: PreferenceBuild) -> None:
     from data_builders.preferences import build_preferences
 
-    print(f"preference: {build_preferences(cfg.dataset, cfg.out)}")
+    print(f"preference: {build_preferences(cfg)}")
 
 
 # Dispatch on the schema's type, so `builder=ovi_train` and `builder=ovi_train_schema` both work.

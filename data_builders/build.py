@@ -20,7 +20,7 @@ import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from core.config import RunConfig, SyntheticDataConfig, TrainConfig
+from core.config import DataConfig, SyntheticDataConfig
 from core.errors import ConfigError
 from core.files import write_json_atomic
 from core.vocab import PAPER_MIX, by_type
@@ -147,19 +147,18 @@ def _ovi_train_build(
     )
 
 
-def with_synthetic_data(cfg: RunConfig) -> RunConfig:
-    """``cfg`` with the synthetic datasets as its unset training data and benchmark roots, built first when
-    ``data.build_synthetic`` asks (file-locked: every rank may call it, one builds); ``cfg`` itself is left
-    as it is."""
-    if not cfg.data.build_synthetic:
-        return cfg
-    paths = build_synthetic(cfg.data.synthetic)
-    data, evaluation = cfg.data, cfg.eval
-    if isinstance(cfg, TrainConfig) and not data.train:
-        data = replace(data, train=[str(paths.v2p_sft), str(paths.ovi_train)])
-    evaluation = replace(
-        evaluation,
-        v2p_root=evaluation.v2p_root or str(paths.v2p_bench),
-        ovi_root=evaluation.ovi_root or str(paths.ovibench),
-    )
-    return replace(cfg, data=data, eval=evaluation)
+def synthetic_datasets(data: DataConfig) -> dict[str, str]:
+    """The synthetic datasets by name (``v2p_sft``, ``ovi_train``, ``v2p_bench``, ``ovibench``), built
+    first when ``data.build_synthetic`` asks (file-locked: every rank may call it, one builds); ``{}``
+    when it does not."""
+    if not data.build_synthetic:
+        return {}
+    paths = build_synthetic(data.synthetic)
+    return {name: str(path) for name, path in asdict(paths).items()}
+
+
+def with_synthetic_training_data(data: DataConfig, datasets: dict[str, str]) -> DataConfig:
+    """``data`` training on the synthetic training sets when it names none of its own."""
+    if data.train or not datasets:
+        return data
+    return replace(data, train=[datasets["v2p_sft"], datasets["ovi_train"]])

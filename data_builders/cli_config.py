@@ -26,6 +26,7 @@ from data_builders.phrasings import PhraseBank
 from data_builders.qc import QcConfig
 from data_builders.questions import QuestionConfig
 from data_builders.visual_prompts import DEFAULT_SHAPES
+from data_builders.vp_kinds import VP_KINDS
 
 
 class SourceFormat(Choice):
@@ -46,14 +47,10 @@ class TrackFormat(Choice):
     lasot = "lasot"  # a LaSOT root of <class>/<class>-<n> sequence folders
 
 
-# Made by a call rather than a class statement: one kind is named `class`, a keyword. The order is that of
-# the kinds' category codes in the rows (1-7, see data_builders/vp_sft.py).
-QuestionKind = Choice(
-    "QuestionKind",
-    [(kind, kind) for kind in ("colour", "shape", "direction", "count", "order", "visibility", "class")],
-    module=__name__,
-)
-QuestionKind.__doc__ = """A visual-prompt question kind (the table in :mod:`data_builders.vp_sft`)."""
+# Made from the kinds' table, so a kind is defined in one place, and by a call rather than a class
+# statement: one kind is named `class`, a keyword. The order is the table's (the default `kinds`).
+QuestionKind = Choice("QuestionKind", [(kind, kind) for kind in VP_KINDS], module=__name__)
+QuestionKind.__doc__ = """A visual-prompt question kind (a row of :data:`data_builders.vp_kinds.VP_KINDS`)."""
 
 
 class ExportFormat(Choice):
@@ -87,7 +84,7 @@ class OviTrainBuild:
     # builder.source_options.window_s=10 (moviechat); the reader names the options it takes
     source_options: dict[str, Any] = field(default_factory=dict)
     source: str | None = None  # the source name stored in each row; None: the format's name
-    questions: QuestionConfig = field(default_factory=QuestionConfig)  # question generation (questions.py)
+    questions: QuestionConfig = field(default_factory=QuestionConfig)  # question generation (questions/)
 
 
 @dataclass
@@ -114,7 +111,7 @@ class OviTrainPaperBuild:
     seed: int = 0  # every source's build and every sampling draw
     # each instance is written once per form (and sampled with all its forms)
     forms: list[ItemForm] = field(default_factory=lambda: [ItemForm.open, ItemForm.mcq])
-    questions: QuestionConfig = field(default_factory=QuestionConfig)  # question generation (questions.py)
+    questions: QuestionConfig = field(default_factory=QuestionConfig)  # question generation (questions/)
 
 
 @dataclass

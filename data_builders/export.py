@@ -12,6 +12,10 @@ sees is the same whichever tool trains it.
 - ``swift``: ``<out>/<name>.jsonl``, one ``{"messages", "videos", "images"}`` object per line;
   train with ``--dataset <out>/<name>.jsonl``.
 
+Preference pairs (:mod:`data_builders.preferences`) take the same path (:func:`export_conversations`) into
+each tool's preference form: LLaMA-Factory's ``ranking: true`` entry (``messages`` up to the reaction, then
+``chosen`` and ``rejected``), ms-swift's ``rejected_response`` beside messages ending with the chosen one.
+
 Video spans. Both tools take whole files, but an OVI-Train sample shows two spans of one video
 (``[0, t_q]`` with the question, ``(t_q, t_i]`` with the interruption), and giving the whole file
 twice would show the model the future. So every span that is not the whole file is written as its
@@ -177,46 +181,66 @@ def export_samples(samples: Iterable[Sample], cfg: ExportBuild) -> ExportResult:
         ConfigError: an unknown format.
         DataError: no sample could be exported.
     """
+    return export_conversations(((sample, {}) for sample in samples), cfg)
+
+
+def export_conversations(
+    items: Iterable[tuple[Sample, dict[str, Any]]], cfg: ExportBuild, *, pairs: bool = False
+) -> ExportResult:
+    """Write each ``(sample, extra)`` under ``cfg.out`` in ``cfg.format``: the sample as a conversation
+    (:func:`conversation`), ``extra``'s fields beside it. With ``pairs``, the samples end with the chosen
+    reaction and each ``extra`` holds the ``rejected`` one: the files are the tool's preference data.
+
+    A sample that cannot be exported is left out and listed in ``export_info.json`` with the reason.
+
+    Raises:
+        ConfigError: an unknown format.
+        DataError: nothing could be exported.
+    """
     if cfg.format not in EXPORT_FORMATS:
         raise ConfigError(f"format must be one of {EXPORT_FORMATS}, got {cfg.format!r}")
     fmt, out_dir = str(cfg.format), Path(cfg.out)
     name = cfg.name or out_dir.resolve().name
     clips = ClipWriter(out_dir / "clips", cfg.clip_fps, cfg.clip_max_side)
     rows, skipped = [], []
-    for sample in samples:
+    for sample, extra in items:
         try:
-            rows.append(conversation(sample, clips, cfg.system))
+            rows.append({**conversation(sample, clips, cfg.system), **extra})
         except (DataError, DecodeError) as err:
             skipped.append((sample.id, str(err)))
     if not rows:
-        raise DataError(str(out_dir), f"no sample could be exported ({len(skipped)} skipped)")
-    path = (
-        _write_llamafactory(rows, out_dir, name)
-        if fmt == "llamafactory"
-        else _write_swift(rows, out_dir, name)
-    )
-    result = ExportResult(path, len(rows), skipped, clips.written)
-    _write_info(out_dir, fmt, name, result, rows)
+        unit = "pair" if pairs else "sample"
+        raise DataError(str(out_dir), f"no {unit} could be exported ({len(skipped)} skipped)")
+    write = _write_llamafactory if fmt == "llamafactory" else _write_swift
+    result = ExportResult(write(rows, out_dir, name, pairs), len(rows), skipped, clips.written)
+    _write_info(out_dir, fmt, name, result, rows, pairs)
     return result
 
 
-def _write_llamafactory(rows: list[dict[str, Any]], out_dir: Path, name: str) -> Path:
+def _used_media(rows: list[dict[str, Any]]) -> list[str]:
+    """The media lists any row uses: a video-only dataset gets no empty ``images`` column."""
+    return [kind for kind in ("videos", "images") if any(row[kind] for row in rows)]
+
+
+def _write_llamafactory(rows: list[dict[str, Any]], out_dir: Path, name: str, pairs: bool) -> Path:
+    """``<name>.json`` and its ``dataset_info.json`` entry (sharegpt; with ``pairs``, ``ranking: true``:
+    ``messages`` up to the reaction, then ``chosen`` and ``rejected`` messages)."""
     path = out_dir / f"{name}.json"
-    write_json_atomic(path, rows, indent=1)
+    write_json_atomic(path, [_llamafactory_pair(row) for row in rows] if pairs else rows, indent=1)
+    columns = {"messages": "messages", **({"chosen": "chosen", "rejected": "rejected"} if pairs else {})}
+    columns.update({kind: kind for kind in _used_media(rows)})
     entry: dict[str, Any] = {
         "file_name": path.name,
         "formatting": "sharegpt",
-        "columns": {"messages": "messages"},
-    }
-    for kind in ("videos", "images"):
-        if any(row[kind] for row in rows):
-            entry["columns"][kind] = kind
-    entry["tags"] = {
-        "role_tag": "role",
-        "content_tag": "content",
-        "user_tag": "user",
-        "assistant_tag": "assistant",
-        "system_tag": "system",
+        **({"ranking": True} if pairs else {}),
+        "columns": columns,
+        "tags": {
+            "role_tag": "role",
+            "content_tag": "content",
+            "user_tag": "user",
+            "assistant_tag": "assistant",
+            "system_tag": "system",
+        },
     }
     info_path = out_dir / "dataset_info.json"
     info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
@@ -225,20 +249,44 @@ def _write_llamafactory(rows: list[dict[str, Any]], out_dir: Path, name: str) ->
     return path
 
 
-def _write_swift(rows: list[dict[str, Any]], out_dir: Path, name: str) -> Path:
+def _llamafactory_pair(row: dict[str, Any]) -> dict[str, Any]:
+    *prompt, chosen = row["messages"]
+    rejected = {"role": "assistant", "content": row["rejected"]}
+    record = {"id": row["id"], "messages": prompt, "chosen": chosen, "rejected": rejected}
+    return {**record, "error": row["error"], "videos": row["videos"], "images": row["images"]}
+
+
+def _write_swift(rows: list[dict[str, Any]], out_dir: Path, name: str, pairs: bool) -> Path:
+    """``<name>.jsonl`` of ``{"messages", "videos", "images"}``; with ``pairs``, the messages end with the
+    chosen reaction and ``rejected_response`` holds the rejected one."""
     path = out_dir / f"{name}.jsonl"
-    # Lists only for media the dataset uses, so a video-only dataset has no empty "images" column.
-    used = [kind for kind in ("videos", "images") if any(row[kind] for row in rows)]
-    write_jsonl_atomic(
-        path, ({"id": r["id"], "messages": r["messages"], **{k: r[k] for k in used}} for r in rows)
-    )
+    used = _used_media(rows)
+    write_jsonl_atomic(path, (_swift_record(row, used, pairs) for row in rows))
     return path
 
 
-def _write_info(out_dir: Path, fmt: str, name: str, result: ExportResult, rows: list[dict[str, Any]]) -> None:
+def _swift_record(row: dict[str, Any], used: list[str], pairs: bool) -> dict[str, Any]:
+    rejected = {"rejected_response": row["rejected"]} if pairs else {}
+    return {"id": row["id"], "messages": row["messages"], **rejected, **{kind: row[kind] for kind in used}}
+
+
+def _how_to_train(fmt: str, out_dir: Path, name: str, path: Path, pairs: bool) -> str:
+    """The settings README.md gives for training on the export."""
+    if fmt == "llamafactory":
+        stage = "stage: dpo" if pairs else "mask_history: true  # loss on the last turn only"
+        return f"dataset_dir: {out_dir.resolve()}\ndataset: {name}\n{stage}"
+    if pairs:
+        return f"swift rlhf --rlhf_type dpo --dataset {path.resolve()}"
+    return f"--dataset {path.resolve()} --loss_scale last_round  # loss on the last turn only"
+
+
+def _write_info(
+    out_dir: Path, fmt: str, name: str, result: ExportResult, rows: list[dict[str, Any]], pairs: bool
+) -> None:
     info = {
         "format": fmt,
         "name": name,
+        "kind": "preference" if pairs else "samples",
         "file": str(result.path),
         "rows": result.rows,
         "videos": sum(len(r["videos"]) for r in rows),
@@ -247,17 +295,28 @@ def _write_info(out_dir: Path, fmt: str, name: str, result: ExportResult, rows: 
         "skipped": [{"id": i, "reason": r} for i, r in result.skipped],
     }
     write_json_atomic(out_dir / EXPORT_INFO_FILE, info, indent=2)
-    how = (
-        f"dataset_dir: {out_dir.resolve()}\ndataset: {name}\nmask_history: true  # loss on the last turn only"
-        if fmt == "llamafactory"
-        else f"--dataset {result.path.resolve()} --loss_scale last_round  # loss on the last turn only"
-    )
+    title, unit = (f"{fmt}, preference pairs", "pairs") if pairs else (fmt, "conversations")
     readme = (
-        f"# {name} ({fmt})\n\n{result.rows} conversations, {info['videos']} videos, {info['images']} images; "
-        f"{len(result.skipped)} samples left out (see {EXPORT_INFO_FILE}).\n\n"
-        f"Video spans that are not a whole file are trimmed clips under clips/.\n\n```\n{how}\n```\n"
+        f"# {name} ({title})\n\n{result.rows} {unit}, {info['videos']} videos, {info['images']} images; "
+        f"{len(result.skipped)} left out (see {EXPORT_INFO_FILE}).\n\n"
+        "Video spans that are not a whole file are trimmed clips under clips/.\n\n"
+        f"```\n{_how_to_train(fmt, out_dir, name, result.path, pairs)}\n```\n"
     )
     write_text_atomic(out_dir / "README.md", readme)
+
+
+def saved_dataset(path: str | Path):
+    """The HF dataset saved at ``path`` (``datasets.save_to_disk``).
+
+    Raises:
+        DataError: there is none.
+    """
+    import datasets  # imported here: heavy
+
+    try:
+        return datasets.load_from_disk(str(path))
+    except (FileNotFoundError, ValueError) as err:
+        raise DataError(str(path), f"not a saved HF dataset: {err}") from None
 
 
 def read_rows(cfg: ExportBuild):
@@ -268,10 +327,7 @@ def read_rows(cfg: ExportBuild):
     """
     import datasets  # imported here: heavy
 
-    try:
-        rows = datasets.load_from_disk(str(cfg.dataset))
-    except (FileNotFoundError, ValueError) as err:
-        raise DataError(str(cfg.dataset), f"not a saved HF dataset: {err}") from None
+    rows = saved_dataset(cfg.dataset)
     if not isinstance(rows, datasets.Dataset) or "messages" not in rows.column_names:
         raise DataError(str(cfg.dataset), "expected a dataset of Sample rows (with a 'messages' column)")
     return rows

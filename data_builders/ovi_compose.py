@@ -33,11 +33,12 @@ from typing import Any
 import numpy as np
 
 from core.errors import ConfigError, DataError, DataErrors
-from core.files import link_or_copy, read_jsonl, save_samples, write_json_atomic, write_text_atomic
+from core.files import link_or_copy, read_jsonl, write_json_atomic, write_text_atomic
 from core.vocab import PAPER_MIX, InterruptionType
 from data_builders.build import BUILDER_VERSION
 from data_builders.cli_config import OviSourceBuild, OviTrainBuild, OviTrainPaperBuild
-from data_builders.ovi_format import OVI_FILE, load_ovibench, write_ovibench
+from data_builders.outputs import save_build
+from data_builders.ovi_format import OVI_FILE, release_ovibench
 from data_builders.phrasings import PHRASINGS_VERSION
 
 SOURCES_DIR = "sources"
@@ -88,8 +89,7 @@ def compose_ovi_train(cfg: OviTrainPaperBuild) -> Path:
     if not rows:
         skipped = [c.name for c in compositions if c.status == "skipped"]
         raise DataError(str(out), f"no source gave any instance (skipped: {', '.join(skipped) or 'none'})")
-    write_ovibench(sorted(rows, key=lambda r: r["id"]), out)
-    save_samples(load_ovibench(out), out / "hf")
+    save_build(out, release_ovibench(sorted(rows, key=lambda r: r["id"]), out))
     table = _write_composition(out, cfg, compositions, len(rows))
     print(table, flush=True)
     return out

@@ -25,7 +25,7 @@ one JSON object per line in ``<root>/ovibench.jsonl``, videos under ``<root>/vid
     phrasing            optional: the phrase bank the interruption's words came from, "train" | "eval"
                         | "paraphrased" (data_builders/phrasings.py)
     question_kind       optional: how the question was made ("window", "after", "source", "generated", ...;
-                        data_builders/questions.py)
+                        data_builders/questions/)
     source_annotations  optional: the source's own ids of the annotations the question rests on, e.g.
                         [{"qid": 2579, "window": 0}] (QVHighlights), [{"caption": 2}] (ActivityNet)
 
@@ -238,3 +238,14 @@ def write_ovibench(rows: Iterable[dict[str, Any]], root: str | Path) -> Path:
         raise DataErrors(path, problems)
     write_jsonl_atomic(path, rows)
     return path
+
+
+def release_ovibench(rows: Iterable[dict[str, Any]], root: str | Path) -> list[Sample]:
+    """Write ``rows`` as ``<root>/ovibench.jsonl`` and return what :func:`load_ovibench` makes of the
+    written file: a builder saves these as its training set, so training sees what the benchmark loader sees.
+
+    Raises:
+        DataErrors: a row breaks the schema, or names a video that is not under ``root``.
+    """
+    write_ovibench(rows, root)
+    return load_ovibench(root)

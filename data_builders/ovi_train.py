@@ -44,10 +44,11 @@ from typing import Any
 import numpy as np
 
 from core.errors import ConfigError, DataError
-from core.files import crosstab_markdown, link_or_copy, save_samples, write_reports
+from core.files import crosstab_markdown, link_or_copy
 from core.vocab import INTERRUPTION_TYPES, ITEM_FORMS, InterruptionType, by_type
 from data_builders.cli_config import OviTrainBuild
-from data_builders.ovi_format import LETTERS, load_ovibench, write_ovibench
+from data_builders.outputs import BuildReport, save_build
+from data_builders.ovi_format import LETTERS, release_ovibench
 from data_builders.phrasings import BANKS, PHRASINGS_VERSION, PhraseBank, Phrasings
 from data_builders.questions import (
     QA,
@@ -368,8 +369,8 @@ def build_ovi_train(cfg: OviTrainBuild) -> Path:
 
     Serves both OVI-Train and, on held-out videos, the synthetic OVIBench. Rows as in
     :func:`build_ovi_items`; a model's question cache defaults to ``<out>/question_cache.jsonl``. The HF
-    dataset holds what :func:`load_ovibench` makes of the written files, so training sees exactly what
-    the benchmark loader produces.
+    dataset holds what the benchmark loader makes of the written files
+    (:func:`~data_builders.ovi_format.release_ovibench`), so training sees exactly what it produces.
 
     Returns:
         ``cfg.out`` as a path.
@@ -382,8 +383,7 @@ def build_ovi_train(cfg: OviTrainBuild) -> Path:
         raise DataError(str(cfg.captions), f"no usable caption segments ({len(quarantined)} quarantined)")
     for file in sorted({r["video_path"].removeprefix("videos/") for r in rows}):
         link_or_copy(Path(cfg.videos) / file, out_dir / "videos" / file)
-    write_ovibench(rows, out_dir)
-    save_samples(load_ovibench(out_dir), out_dir / "hf")
+    samples = release_ovibench(rows, out_dir)
     settings = {
         "mix": shares,
         "forms": [str(form) for form in cfg.forms],
@@ -395,8 +395,8 @@ def build_ovi_train(cfg: OviTrainBuild) -> Path:
         "source_options": dict(cfg.source_options),
         "questions": generator.summary(),
     }
-    _write_reports(out_dir, rows, quarantined, seed=cfg.seed, captions=str(cfg.captions), settings=settings)
-    return out_dir
+    report = _report(rows, quarantined, seed=cfg.seed, captions=str(cfg.captions), settings=settings)
+    return save_build(out_dir, samples, report)
 
 
 def _phrasing_settings(cfg: OviTrainBuild) -> dict[str, Any]:
@@ -414,7 +414,7 @@ def _kind_shares(rows: list[dict]) -> str:
     return ", ".join(f"{kind} {n / len(rows):.1%}" for kind, n in kinds.most_common())
 
 
-def _write_reports(out_dir: Path, rows: list[dict], quarantined: list[str], **info: Any) -> None:
+def _report(rows: list[dict], quarantined: list[str], **info: Any) -> BuildReport:
     by_source = crosstab_markdown(((r["source"], r["interruption_type"]) for r in rows), "source")
     by_form = crosstab_markdown(((r["format"], r["interruption_type"]) for r in rows), "format")
     by_phrasing = crosstab_markdown(((r["phrasing"], r["interruption_type"]) for r in rows), "phrasing")
@@ -440,4 +440,4 @@ def _write_reports(out_dir: Path, rows: list[dict], quarantined: list[str], **in
         "quarantined": len(quarantined),
         "quarantine_reasons": quarantined,
     }
-    write_reports(out_dir, stats, summary)
+    return BuildReport(stats, summary)

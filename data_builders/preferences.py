@@ -33,18 +33,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from core.errors import DataError, DecodeError
-from core.files import (
-    atomic_dir,
-    crosstab_markdown,
-    write_json_atomic,
-    write_jsonl_atomic,
-    write_reports,
-    write_text_atomic,
-)
+from core.errors import DataError
+from core.files import atomic_dir, crosstab_markdown, write_reports
 from core.sample import Part, Sample, Turn
-from data_builders.cli_config import ExportBuild
-from data_builders.export import EXPORT_INFO_FILE, ClipWriter, ExportResult, conversation, is_pairs, read_rows
+from data_builders.cli_config import ExportBuild, PreferenceBuild
+from data_builders.export import ExportResult, export_conversations, is_pairs, read_rows, saved_dataset
+from data_builders.outputs import HF_DIR
 from data_builders.ovi_format import LETTERS
 from data_builders.phrasings import BANKS
 
@@ -308,12 +302,7 @@ def load_pairs(dataset_dir: str | Path) -> list[PreferencePair]:
     Raises:
         DataError: the directory is not a saved dataset, or a row is malformed (naming the row).
     """
-    import datasets  # imported here: heavy
-
-    try:
-        rows = datasets.load_from_disk(str(dataset_dir))
-    except (FileNotFoundError, ValueError) as err:
-        raise DataError(str(dataset_dir), f"not a saved HF dataset: {err}") from None
+    rows = saved_dataset(dataset_dir)
     try:
         if "rejected" in rows.column_names:
             return [PreferencePair.from_row(row) for row in rows]
@@ -336,28 +325,26 @@ def pair_stats(pairs: list[PreferencePair]) -> str:
     return crosstab_markdown(((p.error, p.interruption_type) for p in pairs), "error")
 
 
-def build_preferences(dataset: str | Path, out: str | Path) -> Path:
-    """Write ``<out>/hf`` (the pairs), ``stats.md`` and ``build_info.json`` from OVI samples in ``dataset``
-    (an OVI-Train ``hf/`` directory).
+def build_preferences(cfg: PreferenceBuild) -> Path:
+    """Write ``<out>/hf`` (the pairs), ``stats.md`` and ``build_info.json`` from the OVI samples in
+    ``cfg.dataset`` (an OVI-Train ``hf/`` directory).
+
+    Returns:
+        ``cfg.out`` as a path.
 
     Raises:
-        DataError: ``dataset`` is not a saved dataset of OVI samples, or no pair could be made.
+        DataError: ``cfg.dataset`` is not a saved dataset of OVI samples, or no pair could be made.
     """
-    import datasets
-
-    try:
-        rows = datasets.load_from_disk(str(dataset))
-    except (FileNotFoundError, ValueError) as err:
-        raise DataError(str(dataset), f"not a saved HF dataset: {err}") from None
-    built = pairs_from_samples((Sample.from_row(row) for row in rows), str(dataset))
+    rows = saved_dataset(cfg.dataset)
+    built = pairs_from_samples((Sample.from_row(row) for row in rows), str(cfg.dataset))
     if not built.pairs:
-        raise DataError(str(dataset), f"no preference pair could be made ({len(built.skipped)} left out)")
-    out_dir = Path(out)
-    save_pairs(built.pairs, out_dir / "hf")
+        raise DataError(str(cfg.dataset), f"no preference pair could be made ({len(built.skipped)} left out)")
+    out_dir = Path(cfg.out)
+    save_pairs(built.pairs, out_dir / HF_DIR)
     stats = f"# Preference pairs\n\nPairs by error x interruption type.\n\n{pair_stats(built.pairs)}\n"
     stats += f"Samples left out: {len(built.skipped)}\n"
     info = {
-        "dataset": str(dataset),
+        "dataset": str(cfg.dataset),
         "pairs": len(built.pairs),
         "instances": len({tuple(p.source_rows) for p in built.pairs}),
         "by_type": dict(Counter(p.interruption_type for p in built.pairs)),
@@ -383,68 +370,12 @@ def export_pair_dataset(cfg: ExportBuild) -> ExportResult:
 def export_pairs(pairs: list[PreferencePair], cfg: ExportBuild) -> ExportResult:
     """Write pairs as LLaMA-Factory (sharegpt, ``ranking: true``: ``messages`` up to the reaction,
     ``chosen`` and ``rejected`` messages) or ms-swift (``messages`` ending with the chosen reaction, and
-    ``rejected_response``) preference data under ``cfg.out``; media as :mod:`data_builders.export` does.
+    ``rejected_response``) preference data under ``cfg.out``, by the path samples take
+    (:func:`~data_builders.export.export_conversations`).
 
     Raises:
+        ConfigError: an unknown format.
         DataError: no pair could be exported.
     """
-    out_dir = Path(cfg.out)
-    name = cfg.name or out_dir.resolve().name
-    clips = ClipWriter(out_dir / "clips", cfg.clip_fps, cfg.clip_max_side)
-    rows, skipped = [], []
-    for pair in pairs:
-        try:
-            row = conversation(pair.sample, clips, cfg.system)
-        except (DataError, DecodeError) as err:
-            skipped.append((pair.id, str(err)))
-            continue
-        rows.append({**row, "rejected": pair.rejected, "error": pair.error, "source_rows": pair.source_rows})
-    if not rows:
-        raise DataError(str(out_dir), f"no pair could be exported ({len(skipped)} skipped)")
-    if str(cfg.format) == "llamafactory":
-        path, how = _write_llamafactory_pairs(rows, out_dir, name), f"dataset_dir: {out_dir.resolve()}\n"
-        how += f"dataset: {name}\nstage: dpo"
-    else:
-        path = out_dir / f"{name}.jsonl"
-        write_jsonl_atomic(path, (_swift_pair(row) for row in rows))
-        how = f"swift rlhf --rlhf_type dpo --dataset {path.resolve()}"
-    result = ExportResult(path, len(rows), skipped, clips.written)
-    info = {
-        "format": str(cfg.format),
-        "name": name,
-        "file": str(path),
-        "pairs": len(rows),
-        "kind": "preference",
-    }
-    info["skipped"] = [{"id": i, "reason": r} for i, r in skipped]
-    write_json_atomic(out_dir / EXPORT_INFO_FILE, info, indent=2)
-    readme = f"# {name} ({cfg.format}, preference pairs)\n\n{len(rows)} pairs; {len(skipped)} left out "
-    readme += f"(see {EXPORT_INFO_FILE}).\n\n```\n{how}\n```\n"
-    write_text_atomic(out_dir / "README.md", readme)
-    return result
-
-
-def _write_llamafactory_pairs(rows: list[dict[str, Any]], out_dir: Path, name: str) -> Path:
-    path = out_dir / f"{name}.json"
-    records = []
-    for row in rows:
-        *prompt, chosen = row["messages"]
-        rejected = {"role": "assistant", "content": row["rejected"]}
-        record = {"id": row["id"], "messages": prompt, "chosen": chosen, "rejected": rejected}
-        records.append({**record, "error": row["error"], "videos": row["videos"], "images": row["images"]})
-    write_json_atomic(path, records, indent=1)
-    columns = {"messages": "messages", "chosen": "chosen", "rejected": "rejected"}
-    columns.update({kind: kind for kind in ("videos", "images") if any(r[kind] for r in rows)})
-    tags = {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}
-    entry = {"file_name": path.name, "formatting": "sharegpt", "ranking": True, "columns": columns}
-    entry["tags"] = {**tags, "system_tag": "system"}
-    info_path = out_dir / "dataset_info.json"
-    info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
-    info[name] = entry
-    write_json_atomic(info_path, info, indent=2)
-    return path
-
-
-def _swift_pair(row: dict[str, Any]) -> dict[str, Any]:
-    used = {kind: row[kind] for kind in ("videos", "images") if row[kind]}
-    return {"id": row["id"], "messages": row["messages"], "rejected_response": row["rejected"], **used}
+    items = ((pair.sample, {"rejected": pair.rejected, "error": pair.error}) for pair in pairs)
+    return export_conversations(items, cfg, pairs=True)

@@ -250,3 +250,15 @@ def write_v2p_release(rows: Iterable[dict[str, Any]], root: str | Path) -> Path:
     path = Path(root) / RELEASE_FILE
     write_jsonl_atomic(path, rows)
     return path
+
+
+def release_v2p(rows: Iterable[dict[str, Any]], root: str | Path) -> list[Sample]:
+    """Write ``rows`` as ``<root>/dataset_info.jsonl`` and return what :func:`load_v2p_release` makes of the
+    release (its videos and frames already under ``root``): a builder saves these as its training set, so
+    training sees what the benchmark loader sees.
+
+    Raises:
+        DataErrors: a row is malformed or names a video or frame that is not there.
+    """
+    write_v2p_release(rows, root)
+    return load_v2p_release(root)

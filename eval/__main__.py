@@ -1,10 +1,11 @@
 """Evaluate a model or a training checkpoint on V2P-Bench and OVIBench.
 
-    python -m eval model.name_or_path=Qwen/Qwen2.5-VL-7B-Instruct model.tiny=false media=qwen_64f \
-        data.build_synthetic=false eval.v2p_root=/data/V2P-Bench eval.benchmarks=[v2p]
+    python -m eval model=qwen2_5_vl_7b media=qwen_64f eval.settings.v2p.root=/data/V2P-Bench \
+        eval.benchmarks=[v2p]
+    python -m eval data=synthetic   # the tiny model on the synthetic twins (built first when absent)
     python -m eval checkpoint=outputs/quickstart/checkpoints/checkpoint-1000 run_name=quickstart_eval
     python -m eval score_file=/data/V2P-Bench/responses.jsonl run_name=score_qwen   # no model runs
-    python -m eval show_prompt=ITEM_ID   # the exact prompt of one item (the run's family, chat, media)
+    python -m eval data=synthetic show_prompt=ITEM_ID   # the exact prompt of one item, as rendered
     python -m eval compare RESULTS_A RESULTS_B --out DIR   # paired comparison (eval/compare.py)
 """
 
@@ -19,8 +20,9 @@ from omegaconf import DictConfig, OmegaConf
 from core.cli import run_cli
 from core.config import EvalRunConfig, register_configs
 from core.rundir import RunDir
+from eval.benchmarks import settings_schemas
 
-register_configs()
+register_configs(settings_schemas())
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="eval")

@@ -25,7 +25,7 @@ from core.errors import DataError
 from core.files import JsonlStore
 from core.metric_logging import MetricLogger, NullLogger, make_logger
 from core.rundir import RunDir
-from eval.benchmarks import BENCHMARKS, WEIGHTING
+from eval.benchmarks import BENCHMARKS
 from eval.report import write_report
 from eval.scored import ANY_JUDGE, scored_records
 from eval.summary import build_summary
@@ -132,7 +132,6 @@ def compare(
             **({"not_comparable": different} if different else {}),
         },
         n_resamples=n_resamples,
-        weighting=WEIGHTING,
     )
     write_report(summary, RunDir(out))
     tables = [{b: _with_scores(records, rows[i][b]) for b, records in results[i].items()} for i in (0, 1)]

@@ -1,11 +1,12 @@
 """The evaluation of a run: its benchmarks, evaluated on any model the run produces.
 
-``Evaluation`` is built once, from the run's whole config, by the training (inline evaluation), the
-evaluation watcher and ``python -m eval`` alike; it is the one entry training uses. ``evaluate`` then
-takes a model through three jobs, each in a module of its own:
+``Evaluation`` is built once, from the resolved run (``core.run.Run``), by the training (inline
+evaluation), the evaluation watcher and ``python -m eval`` alike; it is the one entry training uses. Each
+model comes as a predictor (``eval.predictor``: in process, or served); ``evaluate`` takes it through three
+jobs, each in a module of its own:
 
-1. generate what is missing (``eval.generation``: sharded over ranks, resumed, shared through the results
-   cache);
+1. predict what is missing (``eval.generation``: answers generated, or completions' log-likelihoods;
+   sharded over ranks, resumed, shared through the results cache);
 2. judge what is pending (``eval.judging``: open-ended items, when a judge is configured);
 3. write the outputs (``eval.outputs``: ``summary.json``, ``report.md``, metrics and tables to W&B), scoring
    every stored prediction afresh (``eval.scored``).
@@ -20,34 +21,35 @@ from pathlib import Path
 from typing import Any
 
 from core import distributed
-from core.config import EvalConfig, RunConfig
+from core.config import EvalConfig
 from core.decoding import MediaSpec
-from core.errors import ConfigError
 from core.files import JsonlStore, write_json_atomic
 from core.media import FrameCache, check_media
 from core.metric_logging import MetricLogger
+from core.run import Run
 from core.rundir import RunDir
 from core.sample import Sample
-from eval.benchmarks import BENCHMARKS
-from eval.benchmarks.base import Benchmark
-from eval.benchmarks.diagnostics import summary_entry
-from eval.generation import Generation, InProcess, current_records
+from eval.benchmarks import BENCHMARKS, settings_of
+from eval.benchmarks.base import Benchmark, Settings, SummaryContext
+from eval.generation import Generation, current_records
 from eval.headline import headline
 from eval.judging import Judging, judge_summary, make_judge
 from eval.outputs import log_model, write_summary
-from eval.preference import NOT_SERVED, PreferenceScoring, preference_beta, preference_values, scores_pairs
+from eval.predictor import NotServed, Predictor
 from eval.results_cache import ResultsCache, Weights, item_fingerprint
 from eval.scored import scored_record
-from eval.served import ENGINE, ServedModel
-from models.chat import VideoChatAdapter, chat_format_for, follows_on
+from eval.served import ENGINE
+from models.chat import chat_format_for, follows_on
 from models.loading import resolve_dtype
 
 
 @dataclass
 class Suite:
-    """One benchmark of a run, ready to evaluate: its items, and how their predictions are stamped."""
+    """One benchmark of a run, ready to evaluate: its settings, its items, and how their predictions are
+    stamped."""
 
     bench: Benchmark
+    settings: Settings
     samples: list[Sample]
     made_with: dict[str, Any]  # everything but the weights that changes a prediction, readable
     items: dict[str, str] = field(default_factory=dict)  # item id -> fingerprint
@@ -84,18 +86,16 @@ class Evaluation:
     rank decodes the benchmarks' media into the frame cache (quarantining what does not decode).
 
     Args:
-        cfg: the run's config (training's or ``python -m eval``'s): benchmarks, judge, media, model family.
-        run_dir: where results, summary and report go.
+        run: the resolved run (training's or ``python -m eval``'s): benchmarks and their settings, judge,
+            media, model family, run directory.
         logger: metrics.jsonl and W&B (the null logger on ranks other than 0).
         cache: the frame cache shared with training.
-
-    A preference training, or a run with ``eval.preference_pairs``, also scores held-out preference pairs
-    on every model (eval.preference), in process only.
     """
 
-    def __init__(self, cfg: RunConfig, run_dir: RunDir, logger: MetricLogger, cache: FrameCache):
-        self.cfg, self.run_dir, self.logger = cfg, run_dir, logger
-        self.judge = make_judge(cfg.judge, run_dir.path)  # built once: its cache is read once
+    def __init__(self, run: Run, logger: MetricLogger, cache: FrameCache):
+        cfg = run.cfg
+        self.cfg, self.run_dir, self.logger = cfg, run.dir, logger
+        self.judge = make_judge(cfg.judge, run.dir.path)  # built once: its cache is read once
         self.judging = Judging(self.judge, cfg.judge)
         self.results_cache = ResultsCache(cfg.eval.results_cache) if cfg.eval.results_cache else None
         common = {
@@ -106,22 +106,18 @@ class Evaluation:
         if cfg.eval.server.enabled:  # absent for in-process generation, whose settings predate servers
             common["engine"] = ENGINE
         follow_on = follows_on(cfg.model.family)
-        self.suites = load_suites(cfg.eval, cfg.media, cache, run_dir, common, follow_on=follow_on)
-        self.preference = None
-        if scores_pairs(cfg) and not cfg.eval.server.enabled:
-            self.preference = PreferenceScoring(cfg, run_dir, cache, preference_beta(cfg), follow_on)
+        self.suites = load_suites(cfg.eval, cfg.media, cache, run.dir, common, follow_on=follow_on)
 
     # -- evaluating a model --------------------------------------------------------------------------
 
-    def evaluate(
-        self, model, chat: VideoChatAdapter, name: str, step: int, checkpoint: Path | None = None
-    ) -> dict:
+    def evaluate(self, predictor: Predictor, name: str, step: int, checkpoint: Path | None = None) -> dict:
         """Evaluate one model on every benchmark, then refresh the summary, the report and W&B.
 
-        Every rank of a multi-process run must call this (each generates its shard); rank 0 alone writes
+        Every rank of a multi-process run must call this (each predicts its shard); rank 0 alone writes
         and logs, and returns the summary; the others return an empty dict once rank 0 is done.
 
         Args:
+            predictor: the model (``eval.predictor``).
             name, step: the model's name in results and reports (``baseline``, ``checkpoint-N``) and its
                 training step.
             checkpoint: the training checkpoint the model holds on the run's base model (None: the base
@@ -129,40 +125,48 @@ class Evaluation:
         """
         main = distributed.is_main()
         weights = Weights(self.cfg.model.name_or_path, checkpoint)
-        served = isinstance(model, ServedModel)
-        if served != self.cfg.eval.server.enabled:
-            raise ConfigError("eval.server is set, but a model in this process was given, or the reverse")
-        predictor = model if served else InProcess(model, chat)
-        was_training = not served and model.training
-        if not served:
-            model.eval()
-        try:
-            for suite in self.suites.values():
-                results = JsonlStore(self.run_dir.results_file(name, suite.bench.name)) if main else None
-                key = self._cache_key(model, weights, suite) if main else None
-                generation = Generation(suite.bench, suite.samples, self.cfg.eval, suite.setting, suite.items)
-                desc = f"{name} {suite.bench.name}"
-                records = generation.run(predictor, results, self.results_cache, key, desc=f"eval {desc}")
-                if main:
-                    self._judge(suite.bench, list(records.values()), results, desc=f"judge {desc}")
-            if self.preference:
-                self.preference.score(model, chat, name, main)
-        finally:
-            if not served:
-                model.train(was_training)
+        not_scored: dict[str, str] = {}  # benchmark -> why this predictor cannot score it
+        for suite in self.suites.values():
+            bench = suite.bench.name
+            results = JsonlStore(self.run_dir.results_file(name, bench)) if main else None
+            key = self._cache_key(predictor, weights, suite) if main else None
+            generation = Generation(
+                suite.bench,
+                suite.samples,
+                suite.settings,
+                self.cfg.eval.batch_size,
+                suite.setting,
+                suite.items,
+            )
+            try:
+                records = generation.run(
+                    predictor, results, self.results_cache, key, desc=f"eval {name} {bench}"
+                )
+            except NotServed as err:
+                not_scored[bench] = str(err)
+                continue
+            if main:
+                self._judge(suite.bench, list(records.values()), results, desc=f"judge {name} {bench}")
         summary: dict = {}
         if main:
             made_with = {
-                bench: {**suite.made_with, "setting": suite.setting} for bench, suite in self.suites.items()
+                bench: {
+                    **suite.made_with,
+                    "setting": suite.setting,
+                    **_note("not_scored", not_scored.get(bench)),
+                }
+                for bench, suite in self.suites.items()
             }
             write_json_atomic(self.run_dir.settings_file(name), made_with, indent=2)
             self.run_dir.add_model(name, step)
             summary, stored = self._summarise()
-            log_model(self.logger, summary, name, step, stored[name].tables())
-            if self.preference:
-                self.logger.log(preference_values(summary["preference"], name), step=step)
+            log_model(self.logger, summary, name, step, stored[name].tables(), self.benchmarks)
         distributed.barrier()  # training resumes on every rank together, after rank 0 has written
         return summary
+
+    @property
+    def benchmarks(self) -> dict[str, Benchmark]:
+        return {name: suite.bench for name, suite in self.suites.items()}
 
     def _judge(self, bench: Benchmark, records: list[dict], results: JsonlStore, desc: str) -> None:
         """Judge what is pending; append each record whose judgements changed."""
@@ -171,21 +175,22 @@ class Evaluation:
             if judged.get("judgements") != before[judged["id"]]:
                 results.append([judged])
 
-    def _cache_key(self, model, weights: Weights, suite: Suite) -> str | None:
-        """The results cache's key of this model's weights under this benchmark's setting (None: no
-        cache, or weights that cannot be identified)."""
+    def _cache_key(self, predictor: Predictor, weights: Weights, suite: Suite) -> str | None:
+        """The results cache's key of these weights under this benchmark's setting (None: no cache, or
+        weights that cannot be identified)."""
         if self.results_cache is None:
             return None
-        quantization = str(getattr(model, "quantization_method", None))  # a QLoRA base: 4-bit
-        return self.results_cache.key(weights, {"setting": suite.setting, "quantization": quantization})
+        settings = {"setting": suite.setting, "quantization": predictor.quantization}
+        return self.results_cache.key(weights, settings)
 
     # -- outputs -------------------------------------------------------------------------------------
 
-    def read_results(self, name: str) -> StoredResults:
+    def read_results(self, name: str, reference: StoredResults | None = None) -> StoredResults:
         """A model's results, each results file read once: the current records (those that answer today's
-        items under today's settings), scored, and per benchmark what the others are (made under another
-        benchmark version, generation, media spec, chat format or dtype, or for items since changed): they
-        are left out of every comparison, and the summary says so."""
+        items under today's settings), scored (against ``reference``'s records of the same items, for a
+        benchmark that scores relative to the run's first model), and per benchmark what the others are
+        (made under another benchmark version, generation, media spec, chat format or dtype, or for items
+        since changed): they are left out of every comparison, and the summary says so."""
         records, left_out = {}, {}
         for bench, suite in self.suites.items():
             stored = JsonlStore(self.run_dir.results_file(name, bench)).read()
@@ -198,15 +203,22 @@ class Evaluation:
                     f"{len(other)} item(s) of {name} were evaluated under other settings or for changed "
                     "items and are left out: evaluate the model again to compare it"
                 )
-        return StoredResults(records, self.scored(records), left_out)
+        return StoredResults(records, self.scored(records, reference and reference.records), left_out)
 
-    def scored(self, results: dict[str, list[dict]]) -> dict[str, list[dict]]:
-        """Records per benchmark (``results``), scored."""
+    def scored(
+        self, results: dict[str, list[dict]], reference: dict[str, list[dict]] | None = None
+    ) -> dict[str, list[dict]]:
+        """Records per benchmark (``results``), scored; against ``reference``'s records where given."""
         identity, wanted = self.judging.identity, self.cfg.judge.metrics
-        return {
-            bench: [scored_record(self.suites[bench].bench, r, identity, wanted) for r in records]
-            for bench, records in results.items()
-        }
+        scored = {}
+        for bench, records in results.items():
+            suite = self.suites[bench]
+            theirs = {r["id"]: r for r in (reference or {}).get(bench, [])}
+            scored[bench] = [
+                scored_record(suite.bench, r, identity, wanted, suite.settings, theirs.get(r["id"]))
+                for r in records
+            ]
+        return scored
 
     def write_summary(self) -> dict:
         """Rebuild ``summary.json`` and ``report.md`` from every prediction on disk (rank 0)."""
@@ -215,7 +227,9 @@ class Evaluation:
     def _summarise(self) -> tuple[dict, dict[str, StoredResults]]:
         """:meth:`write_summary`, also returning each model's results as it read them."""
         models = self.run_dir.models()
-        stored = {name: self.read_results(name) for name, _ in models}
+        (first, _), *rest = models
+        stored = {first: self.read_results(first)}
+        stored.update((name, self.read_results(name, stored[first])) for name, _ in rest)
         scored = {name: results.scored for name, results in stored.items()}
         extra: dict[str, Any] = {
             "media_spec": {**self.cfg.media.to_dict(), "fingerprint": self.cfg.media.fingerprint},
@@ -223,28 +237,28 @@ class Evaluation:
             "quarantine": self._quarantine(),
             "judge": judge_summary(self.judge, self.cfg.judge.metrics),
         }
-        if self.preference:
-            extra["preference"] = self.preference.summary([name for name, _ in models])
-        elif scores_pairs(self.cfg):  # asked for, but served
-            extra["preference"] = {"not_scored": NOT_SERVED}
-        derived = {b: s.info for b, s in self.suites.items() if s.bench.source}
-        if derived:
-            extra["diagnostics"] = summary_entry(derived, scored, self.cfg.media)
-        described = {
-            bench: {
-                "version": suite.bench.version,
-                "settings": suite.bench.settings(self.cfg.eval),
-                **suite.bench.notes(self.cfg.eval),
-            }
-            for bench, suite in self.suites.items()
-        }
+        described = {bench: self._described(suite, scored) for bench, suite in self.suites.items()}
         for name, results in stored.items():
             for bench, why in results.left_out.items():
                 described[bench].setdefault("not_comparable", {})[name] = why
         summary = write_summary(
-            self.run_dir, models, scored, extra, self.cfg.eval.bootstrap_resamples, described
+            self.run_dir, models, scored, extra, self.cfg.eval.bootstrap_resamples, described, self.benchmarks
         )
         return summary, stored
+
+    def _described(self, suite: Suite, scored: dict[str, dict[str, list[dict]]]) -> dict[str, Any]:
+        """What a benchmark's summary entry says of how its numbers were made, beyond its metrics."""
+        context = SummaryContext(suite.settings, self.cfg.media, suite.info, scored)
+        entry = {
+            "version": suite.bench.version,
+            "settings": suite.bench.made_with(suite.settings),
+            **suite.bench.notes(suite.settings),
+            **suite.bench.summary(context),
+        }
+        for name, _ in self.run_dir.models():  # what a model's evaluation could not score (settings.json)
+            recorded = _read_json(self.run_dir.settings_file(name)).get(suite.bench.name, {})
+            entry.update(_note("not_scored", recorded.get("not_scored")))
+        return entry
 
     @staticmethod
     def headline(summary: dict) -> str:
@@ -255,7 +269,7 @@ class Evaluation:
         """How answers are generated, over every benchmark of the run (recorded in the summary)."""
         settings: dict[str, Any] = {"do_sample": False, "dtype": str(resolve_dtype(self.cfg.model.dtype))}
         for suite in self.suites.values():
-            settings.update(suite.bench.settings(self.cfg.eval))
+            settings.update(suite.bench.made_with(suite.settings))
         return settings
 
     def _quarantine(self) -> dict[str, dict[str, int]]:
@@ -274,37 +288,36 @@ def load_suites(
     follow_on: bool = True,
 ) -> dict[str, Suite]:
     """The configured benchmarks' items, media-checked (a quarantine file per benchmark), in config order;
-    ``follow_on`` as the model family samples a video's later spans (``models.chat.follows_on``).
-
-    Raises:
-        ConfigError: an unknown benchmark, or a derived one without its source among the benchmarks.
-    """
-    unknown = [name for name in cfg.benchmarks if name not in BENCHMARKS]
-    if unknown:
-        raise ConfigError(f"eval.benchmarks: unknown {unknown} (known: {', '.join(BENCHMARKS)})")
-    for name in cfg.benchmarks:
-        source = BENCHMARKS[name].source
-        if source is not None and source not in cfg.benchmarks:
-            raise ConfigError(f"eval.benchmarks: {name} is made from {source}'s items: add {source}")
+    ``cfg`` as ``eval.benchmarks.resolve_settings`` returned it; ``follow_on`` as the model family samples a
+    video's later spans (``models.chat.follows_on``)."""
     suites: dict[str, Suite] = {}
     for name in sorted(cfg.benchmarks, key=lambda n: BENCHMARKS[n].source is not None):  # sources first
         bench = BENCHMARKS[name]
-        made_with = {"benchmark": name, "version": bench.version, **common, **bench.settings(cfg)}
+        settings = settings_of(bench, cfg)
+        made_with = {"benchmark": name, "version": bench.version, **common, **bench.made_with(settings)}
         if bench.source is None:
-            samples = bench.load(cfg)
+            samples = bench.load(settings)
             samples, bad = check_media(
                 samples[: cfg.limit] if cfg.limit else samples, media, cache, desc=name, follow_on=follow_on
             )
             run_dir.write_quarantine(f"eval_{name}", bad)
-            suites[name] = Suite(bench, samples, made_with)
+            suites[name] = Suite(bench, settings, samples, made_with)
             continue
-        derived = bench.derive(suites[bench.source].samples, cfg)
+        derived = bench.derive(suites[bench.source].samples, settings)
         info = {**derived.info, "n_items": len(derived.samples)}
-        suites[name] = Suite(bench, derived.samples, made_with, info=info)
+        suites[name] = Suite(bench, settings, derived.samples, made_with, info=info)
     for suite in suites.values():
         suite.items = {sample.id: item_fingerprint(sample) for sample in suite.samples}
     order = {name: i for i, name in enumerate(cfg.benchmarks)}
     return dict(sorted(suites.items(), key=lambda pair: order[pair[0]]))
+
+
+def _note(key: str, value: Any) -> dict[str, Any]:
+    return {} if value is None else {key: value}
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def _digest(value: Any) -> str:

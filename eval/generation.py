@@ -1,7 +1,8 @@
-"""Generate what is missing: the predictions of one model on one benchmark, sharded over ranks, resumed
+"""Predict what is missing: the predictions of one model on one benchmark, sharded over ranks, resumed
 from the run's results file, and shared through the results cache.
 
-A result record is what the model said and how it was produced::
+A result record is what the model said (a generated answer, or the log-likelihoods of the item's
+completions for a ``loglikelihood`` benchmark) and how it was produced::
 
     {"id", "prediction", "meta", "protocol", "setting", "item"}   (+ "truncated_answer", "simulation")
 
@@ -17,17 +18,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import torch
 from tqdm import tqdm
 
 from core import distributed
-from core.config import EvalConfig, OviProtocol
+from core.config import OviProtocol
 from core.files import JsonlStore
 from core.sample import Sample
-from eval.benchmarks.base import Benchmark
-from eval.ovi_simulation import simulate_interruption
+from eval.benchmarks.base import Benchmark, Kind, Settings
+from eval.predictor import Predictor
 from eval.results_cache import ResultsCache
-from models.chat import VideoChatAdapter
+
+LOGLIKELIHOOD = "loglikelihood"  # the protocol field of a log-likelihood record
 
 
 def current_records(
@@ -44,63 +45,33 @@ def current_records(
     }
 
 
-@torch.no_grad()
-def generate(model, chat: VideoChatAdapter, samples: list[Sample], max_new_tokens: int) -> list[str]:
-    """Greedy answers for a batch of samples, from their given turns."""
-    batch = chat.batch([chat.render(s, for_generation=True) for s in samples], padding_side="left")
-    batch = batch.to(model.device)
-    out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=chat.pad_id)
-    return chat.decode_generated(out, batch["input_ids"].shape[1])
-
-
-class InProcess:
-    """The model in this process: batched ``generate``, and the simulation from its key/value cache.
-
-    A model served over HTTP (``eval.served.ServedModel``) answers through the same ``predict``.
-    """
-
-    def __init__(self, model, chat: VideoChatAdapter):
-        self.model, self.chat = model, chat
-
-    def predict(self, samples: list[Sample], protocol: OviProtocol, max_new_tokens: int) -> list[dict]:
-        """Result fields (``prediction``, and a simulation's extras) per sample, in order."""
-        if protocol == OviProtocol.simulated:
-            return [self._simulated(sample, max_new_tokens) for sample in samples]
-        return [{"prediction": p} for p in generate(self.model, self.chat, samples, max_new_tokens)]
-
-    def _simulated(self, sample: Sample, length: int) -> dict[str, Any]:
-        """The model answers in its own words, is cut at the interruption and reacts: the reaction is the
-        prediction, the cut answer is kept for the judge."""
-        synced = distributed.world_size() > 1 and distributed.zero3_enabled()
-        result = simulate_interruption(self.model, self.chat, sample, max_new_tokens=length, synced=synced)
-        return {
-            "prediction": result.reaction,
-            "truncated_answer": result.truncated_answer,
-            "simulation": result.stats(),
-        }
-
-
 class Generation:
-    """Generates one model's missing predictions on one benchmark.
+    """Makes one model's missing predictions on one benchmark.
 
-    Every rank of a multi-process run calls :meth:`run` (each generates its shard); rank 0 reads and
+    Every rank of a multi-process run calls :meth:`run` (each predicts its shard); rank 0 reads and
     writes the results file and the cache, and returns the records.
 
     Args:
-        bench: the benchmark; samples: its (media-checked) items.
-        cfg: batch size and the generation settings.
+        bench: the benchmark; samples: its (media-checked) items; settings: its settings.
+        batch_size: items per batch (a log-likelihood benchmark's: conversations per batch).
         setting: the digest every record is stamped with; items: each sample's fingerprint.
     """
 
     def __init__(
-        self, bench: Benchmark, samples: list[Sample], cfg: EvalConfig, setting: str, items: dict[str, str]
+        self,
+        bench: Benchmark,
+        samples: list[Sample],
+        settings: Settings,
+        batch_size: int,
+        setting: str,
+        items: dict[str, str],
     ):
-        self.bench, self.samples, self.cfg = bench, samples, cfg
-        self.setting, self.items = setting, items
+        self.bench, self.samples, self.settings = bench, samples, settings
+        self.batch_size, self.setting, self.items = batch_size, setting, items
 
     def run(
         self,
-        predictor,
+        predictor: Predictor,
         results: JsonlStore | None,
         cache: ResultsCache | None = None,
         cache_key: str | None = None,
@@ -109,7 +80,7 @@ class Generation:
         """The current record of every item, generating those that lack one (rank 0; others: ``{}``).
 
         Args:
-            predictor: what answers: :class:`InProcess`, or a served model (``eval.served``).
+            predictor: what answers (``eval.predictor``).
             results: the run's results file of this model and benchmark (rank 0).
             cache, cache_key: the shared results cache and this model's key in it (rank 0; None: unused).
         """
@@ -148,10 +119,15 @@ class Generation:
         runs the vision tower at the same steps (ZeRO-3 gathers its weights from all of them)."""
         groups: dict[tuple, list[Sample]] = {}
         for sample in samples:
-            meta = sample.meta
-            protocol, length = self.bench.protocol(meta, self.cfg), self.bench.max_new_tokens(meta, self.cfg)
-            groups.setdefault((protocol, length, _media_per_turn(sample)), []).append(sample)
+            groups.setdefault((*self._how(sample), _media_per_turn(sample)), []).append(sample)
         return list(groups.items())
+
+    def _how(self, sample: Sample) -> tuple[str, int]:
+        """``(protocol, new tokens)`` of an item: generated under a protocol, or scored (no new tokens)."""
+        if self.bench.kind is Kind.loglikelihood:
+            return LOGLIKELIHOOD, 0
+        meta = sample.meta
+        return self.bench.protocol(meta, self.settings), self.bench.max_new_tokens(meta, self.settings)
 
     def _shard_batches(self, samples: list[Sample]) -> Iterator[tuple[tuple, list[Sample], list[bool]]]:
         """``(group key, batch, real)`` rounds of this rank's shard; every rank yields the same number of
@@ -160,16 +136,31 @@ class Generation:
         All ranks must make the same generate calls in the same order: under ZeRO-3 each forward pass
         gathers weights from all ranks, so a rank that stopped early would leave the others hanging.
         """
-        size = self.cfg.batch_size
         for key, group in self._groups(samples):
+            size = self.batch_size
+            if self.bench.kind is Kind.loglikelihood:  # each item is several conversations
+                size = max(1, size // len(self.bench.requests(group[0])))
             mine, real = distributed.shard(group)
             for start in range(0, len(mine), size):
                 yield key, mine[start : start + size], real[start : start + size]
 
-    def _predict(self, predictor, chunk: list[Sample], group: tuple) -> list[dict]:
+    def _predict(self, predictor: Predictor, chunk: list[Sample], group: tuple) -> list[dict]:
         protocol, length, _ = group
-        fields = predictor.predict(chunk, protocol, length)
+        if protocol == LOGLIKELIHOOD:
+            fields = self._loglikelihoods(predictor, chunk)
+        else:
+            fields = predictor.generate(chunk, protocol, length)
         return [_record(s, protocol, f) for s, f in zip(chunk, fields, strict=True)]
+
+    def _loglikelihoods(self, predictor: Predictor, chunk: list[Sample]) -> list[dict]:
+        """Each item's prediction: the log-likelihoods of its requests, in order, asked in one batch."""
+        requests = [self.bench.requests(sample) for sample in chunk]
+        flat = predictor.loglikelihood([r for item in requests for r in item])
+        fields, start = [], 0
+        for item in requests:
+            fields.append({"prediction": flat[start : start + len(item)]})
+            start += len(item)
+        return fields
 
 
 def _media_per_turn(sample: Sample) -> tuple[tuple[str, ...], ...]:
@@ -181,7 +172,7 @@ def _media_per_turn(sample: Sample) -> tuple[tuple[str, ...], ...]:
     )
 
 
-def _record(sample: Sample, protocol: OviProtocol, fields: dict[str, Any]) -> dict[str, Any]:
+def _record(sample: Sample, protocol: OviProtocol | str, fields: dict[str, Any]) -> dict[str, Any]:
     """A result record: the item, how it was answered, and the answer's fields."""
     first = {
         "id": sample.id,

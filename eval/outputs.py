@@ -7,9 +7,10 @@ from typing import Any
 
 from core.metric_logging import MetricLogger
 from core.rundir import RunDir
-from eval.benchmarks import WEIGHTING
+from eval.benchmarks.base import Benchmark
 from eval.report import write_report
 from eval.summary import build_summary
+from eval.summary_schema import from_json
 
 Scored = dict[str, list[dict]]  # benchmark -> scored records (eval.scored)
 
@@ -21,29 +22,40 @@ def write_summary(
     extra: dict[str, Any],
     n_resamples: int,
     described: dict[str, dict[str, Any]],
+    benchmarks: dict[str, Benchmark],
 ) -> dict:
     """Build the summary (every model against the first, the baseline), write it with the report.
 
     Args:
         models: ``(name, step)`` of every model evaluated, the baseline first.
         scored: model name -> its scored records per benchmark.
-        extra: the summary's other top-level entries (settings, quarantine, judge, diagnostics).
+        extra: the summary's other top-level entries (media spec, generation settings, quarantine, judge).
         described: benchmark -> what its entry says of how its numbers were made (version, settings,
             notes such as the protocol).
+        benchmarks: the run's benchmarks, by name (their metric order, weighting, graded metrics).
     """
     (base, _), *rest = models
     checkpoints = [(name, step, scored[name]) for name, step in rest]
     summary = build_summary(
-        scored[base], checkpoints, extra, n_resamples=n_resamples, weighting=WEIGHTING, baseline_name=base
+        scored[base], checkpoints, extra, n_resamples=n_resamples, benchmarks=benchmarks, baseline_name=base
     )
     for name, entry in summary["benchmarks"].items():
         entry.update(described.get(name, {}))
+    from_json(summary, str(run_dir.summary_file))  # every key is in the schema (eval/summary_schema.py)
     write_report(summary, run_dir)
     return summary
 
 
-def log_model(logger: MetricLogger, summary: dict, name: str, step: int, tables: dict[str, list]) -> None:
-    """Log one model's metrics (its deltas too, unless it is the baseline) and its per-item tables.
+def log_model(
+    logger: MetricLogger,
+    summary: dict,
+    name: str,
+    step: int,
+    tables: dict[str, list],
+    benchmarks: dict[str, Benchmark],
+) -> None:
+    """Log one model's metrics (its deltas too, unless it is the baseline), what each benchmark adds
+    (``Benchmark.logged``) and its per-item tables.
 
     Args:
         tables: benchmark -> the model's result records, each with its ``scores`` and ``categories``.
@@ -57,11 +69,9 @@ def log_model(logger: MetricLogger, summary: dict, name: str, step: int, tables:
             values[f"{logged}/{metric}"] = entry["baseline"] if point is None else point["value"]
             if point is not None:
                 values[f"{logged}/{metric}/delta"] = point["delta"]
-    text = summary.get("diagnostics", {}).get("v2p_text_prompt", {}).get("text_vs_visual", {})
-    paired = text.get(name)
-    if paired and paired["n"]:
-        values["v2p_text_prompt/same_items/text_prompt"] = paired["text_prompt"]
-        values["v2p_text_prompt/same_items/visual_prompt"] = paired["visual_prompt"]
+    for bench, table in summary["benchmarks"].items():
+        if bench in benchmarks:
+            values.update(benchmarks[bench].logged(table, name))
     logger.log(values, step=step)
     for bench, records in tables.items():
         logged = summary["benchmarks"].get(bench, {}).get("logged_as", bench)

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from core.files import atomic_path
-from eval.rubrics import ALL_TYPES, METRICS
-from eval.summary import is_graded, reference_name
+from eval.rubrics import ALL_TYPES, BINARY, METRICS
+from eval.summary_schema import reference_name
 
 RADAR_FILE = "ovi_radar.png"
 AXES = ("ca", *METRICS)  # in the order drawn, clockwise from the top
@@ -23,7 +23,8 @@ _MIN_AXES = 3  # fewer than three spokes make no polygon worth reading
 
 def normalise(key: str, value: float) -> float:
     """A score on [0, 1]: rates unchanged, 1–10 judge scores mapped linearly (1 -> 0, 10 -> 1)."""
-    return (value - 1.0) / 9.0 if is_graded(key) else value
+    metric = METRICS.get(key.split("/", 1)[0])
+    return value if metric is None or metric.scale == BINARY else (value - 1.0) / 9.0
 
 
 def radar_panels(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -11,18 +11,16 @@ installed.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from core.files import write_text_atomic
 from core.rundir import RunDir
 from eval.benchmarks import BENCHMARKS
-from eval.benchmarks.diagnostics import DESCRIPTIONS
-from eval.benchmarks.v2p import DURATIONS
-from eval.preference import preference_section
-from eval.radar import write_radar
 from eval.rubrics import METRICS as JUDGED_METRICS
-from eval.summary import BASELINE_NAME, is_graded, reference_name
+from eval.summary import is_graded
+from eval.summary_schema import BASELINE_NAME, reference_name
 
 # Top-level summary keys rendered elsewhere than in the settings list.
 _STRUCTURAL_KEYS = (
@@ -30,42 +28,43 @@ _STRUCTURAL_KEYS = (
     "checkpoints",
     "benchmarks",
     "quarantine",
-    "diagnostics",
     "reference",
     "not_comparable",
-    "preference",
 )
 _MISSING = "–"
 
 
-def render_report(summary: dict[str, Any], figures: dict[str, str] | None = None) -> str:
+def render_report(summary: dict[str, Any], figures: dict[str, list[str]] | None = None) -> str:
     """The markdown report for one run's summary.
 
     Args:
         summary: the content of ``summary.json``.
-        figures: benchmark -> an image path relative to the report, shown in that benchmark's section.
+        figures: benchmark -> the lines that show its plots (``Benchmark.figures``), at the end of its
+            section.
     """
     lines = ["# Evaluation report", "", _checkpoint_line(summary), ""]
     for why in summary.get("not_comparable", []):
         lines += [f"**NOT COMPARABLE: the two models were evaluated under different settings: {why}**", ""]
     lines += _settings_section(summary)
     lines += _diagnostics_section(summary)
-    lines += preference_section(summary)
     for benchmark, entry in summary["benchmarks"].items():
-        lines += _benchmark_section(summary, benchmark, entry, (figures or {}).get(benchmark))
+        lines += _benchmark_section(summary, benchmark, entry, (figures or {}).get(benchmark, []))
     return "\n".join(lines).rstrip() + "\n"
 
 
 def write_report(summary: dict[str, Any], run_dir: RunDir) -> tuple[Path, Path]:
-    """Write ``summary.json``, the OVIBench radar plot (when there is one to draw) and ``report.md`` into
-    ``run_dir``, each atomically.
+    """Write ``summary.json``, each benchmark's plots (``Benchmark.figures``: the OVIBench radar) and
+    ``report.md`` into ``run_dir``, each atomically.
 
     Returns:
         ``(summary_path, report_path)``.
     """
     write_text_atomic(run_dir.summary_file, json.dumps(summary, indent=2) + "\n")
-    radar = write_radar(summary, run_dir.path)
-    figures = {"ovi": radar.name} if radar else None
+    figures = {
+        bench: BENCHMARKS[bench].figures(summary, run_dir.path)
+        for bench in summary["benchmarks"]
+        if bench in BENCHMARKS
+    }
     write_text_atomic(run_dir.report_file, render_report(summary, figures))
     return run_dir.summary_file, run_dir.report_file
 
@@ -113,89 +112,41 @@ def _settings_section(summary: dict[str, Any]) -> list[str]:
 
 
 def _diagnostics_section(summary: dict[str, Any]) -> list[str]:
-    """One line per V2P hack diagnostic: its numbers (baseline → last checkpoint) and what they mean."""
-    diagnostics = summary.get("diagnostics") or {}
-    if not diagnostics:
-        return []
+    """One line per benchmark that has one (``Benchmark.report_lines``: the V2P hack diagnostics): its
+    numbers, reference → last checkpoint, and what they mean."""
     last = summary["checkpoints"][-1]["name"] if summary.get("checkpoints") else None
-    lines = [
-        "## Diagnostics",
-        "",
-        "V2P-Bench hack diagnostics (our reconstruction of the paper's analyses; no code was released). "
-        f"Values: {reference_name(summary)}{f' → {last}' if last else ''}, official first-character rule "
-        "(tolerant extraction in the tables below).",
-        "",
-    ]
-    for bench, info in diagnostics.items():
-        title, meaning = DESCRIPTIONS[bench]
-        if "skipped" in info:
-            lines.append(f"- **{title}** (`{bench}`): {info['skipped']}.")
-            continue
-        metrics = summary["benchmarks"].get(bench, {}).get("metrics", {})
-        numbers = _diagnostic_numbers(bench, info, metrics, (reference_name(summary), last))
-        left_out = f" {info['n_left_out']} item(s) left out." if info.get("n_left_out") else ""
-        n_items = info.get("n_items", 0)
-        lines.append(f"- **{title}** (`{bench}`, {n_items} items): {numbers}.{left_out} *{meaning}*")
-    return lines + [""]
-
-
-def _diagnostic_numbers(
-    bench: str, info: dict[str, Any], metrics: dict[str, Any], models: tuple[str, str | None]
-) -> str:
-    first, last = models
-
-    def show(key: str) -> str:
-        metric = metrics.get(key)
-        if metric is None:
-            return _MISSING
-        values = [_percent(metric["baseline"])]
-        if last:
-            values.append(_percent(_checkpoint_value(metric, last)))
-        return " → ".join(values)
-
-    if bench == "v2p_z":
-        return f"accuracy {show('accuracy')}, Z chosen {show('z_rate')}"
-    if bench == "v2p_shuffled":
-        buckets = [b for b in DURATIONS if f"hack_ratio/duration/{b}" in metrics]
-        by_bucket = ", ".join(f"{b} {show(f'hack_ratio/duration/{b}')}" for b in buckets)
-        return (
-            f"refusal (Z) {show('refusal_rate')}, hack ratio {show('hack_ratio')} ({by_bucket}) "
-            f"at {info.get('frames', '?')} frames per video"
-        )
-    if bench == "v2p_text_prompt":
-        pairs = info.get("text_vs_visual", {})
-        shown = [
-            f"{name}: text {_percent(pair['text_prompt'])} vs visual {_percent(pair['visual_prompt'])}"
-            for name, pair in pairs.items()
-            if name in (first, last) and pair["n"]
-        ]
-        n = max((pair["n"] for pair in pairs.values()), default=0)
-        return f"on the same {n} items, " + ("; ".join(shown) or _MISSING)
-    return f"accuracy {show('accuracy')}"
+    models = (reference_name(summary), last)
+    lines = []
+    for bench, entry in summary["benchmarks"].items():
+        if bench in BENCHMARKS:
+            lines += BENCHMARKS[bench].report_lines(entry, models)
+    if not lines:
+        return []
+    intro = (
+        f"Values: {models[0]}{f' → {last}' if last else ''}, official first-character rule (tolerant "
+        "extraction in the tables below); each diagnostic is our reconstruction of the paper's analysis "
+        "(no code was released)."
+    )
+    return ["## Diagnostics", "", intro, "", *lines, ""]
 
 
 def _benchmark_section(
-    summary: dict[str, Any], benchmark: str, entry: dict[str, Any], figure: str | None = None
+    summary: dict[str, Any], benchmark: str, entry: dict[str, Any], figures: list[str]
 ) -> list[str]:
     title = BENCHMARKS[benchmark].title if benchmark in BENCHMARKS else benchmark
+
+    def graded(key: str) -> bool:
+        return is_graded(benchmark, key)
+
     names = [c["name"] for c in summary.get("checkpoints", []) if _has_checkpoint(entry, c["name"])]
     lines = [f"## {title} (`{benchmark}`)", "", _status_line(summary, benchmark, entry, names), ""]
     overall = {key: metric for key, metric in entry["metrics"].items() if "/" not in key}
     reference, header = reference_name(summary), _reference_header(summary)
-    lines += _headline_table(overall, names, header)
+    lines += _headline_table(overall, names, header, graded)
     order = BENCHMARKS[benchmark].category_order if benchmark in BENCHMARKS else {}
-    lines += _category_tables(entry["metrics"], names[-1] if names else None, reference, header, order)
-    if figure:
-        compared = f"{reference} vs {names[-1]}" if names else reference
-        lines += [
-            f"### {title} per interruption type ({compared})",
-            "",
-            "CA and the judged metrics, each scaled to 0–1 (1–10 scores as (score − 1) / 9).",
-            "",
-            f"![{title} radar plot per interruption type]({figure})",
-            "",
-        ]
-    return lines
+    last = names[-1] if names else None
+    lines += _category_tables(entry["metrics"], last, reference, header, order, graded)
+    return lines + figures
 
 
 def _status_line(summary: dict[str, Any], benchmark: str, entry: dict[str, Any], names: list[str]) -> str:
@@ -218,13 +169,22 @@ def _status_line(summary: dict[str, Any], benchmark: str, entry: dict[str, Any],
             f"{entry['n_simulated']} simulated ({entry['n_answer_finished']} answers ended before their "
             f"interruption, {reference_name(summary)})"
         )
-    if entry.get("protocol"):
-        parts.append(f"protocol: {entry['protocol']}")
+    if entry.get("not_scored"):
+        parts.append(f"**NOT SCORED: {entry['not_scored']}**")
+    for note in ("protocol", "reward"):
+        if entry.get(note):
+            parts.append(f"{note}: {entry[note]}")
     if entry.get("aggregation"):
         parts.append(f"overall values: {entry['aggregation']}")
     for why in entry.get("not_comparable", {}).values():
         parts.append(f"**NOT COMPARABLE: {why}**")
     return " · ".join(parts)
+
+
+def _ten_point(key: str) -> bool:
+    """Whether a graded metric is one of the judge's 1–10 scores (else a mean of its own, a margin)."""
+    metric = JUDGED_METRICS.get(key.split("/", 1)[0])
+    return metric is not None and tuple(metric.scale) == (1, 10)
 
 
 def _is_judged(key: str) -> bool:
@@ -235,7 +195,9 @@ def _has_checkpoint(entry: dict[str, Any], name: str) -> bool:
     return any(name in metric["checkpoints"] for metric in entry["metrics"].values())
 
 
-def _headline_table(overall: dict[str, Any], names: list[str], reference: str) -> list[str]:
+def _headline_table(
+    overall: dict[str, Any], names: list[str], reference: str, graded: Callable[[str], bool]
+) -> list[str]:
     if not overall:
         return ["No scored items.", ""]
     header = ["Metric", "n", reference, *names]
@@ -243,18 +205,18 @@ def _headline_table(overall: dict[str, Any], names: list[str], reference: str) -
         header += [f"Δ {names[-1]} [95% CI]", "McNemar p"]
     rows = []
     for key, metric in overall.items():
-        label = f"{key} (1–10)" if is_graded(key) else key
-        row = [label, str(metric["n"]), _value(key, metric["baseline"])]
-        row += [_value(key, _checkpoint_value(metric, name)) for name in names]
+        label = f"{key} ({'1–10' if _ten_point(key) else 'mean'})" if graded(key) else key
+        row = [label, str(metric["n"]), _value(graded(key), metric["baseline"])]
+        row += [_value(graded(key), _checkpoint_value(metric, name)) for name in names]
         if names:
-            row += _delta_cells(key, metric["checkpoints"].get(names[-1]))
+            row += _delta_cells(graded(key), metric["checkpoints"].get(names[-1]))
         rows.append(row)
     lines = ["### Overall", "", *_table(header, rows), ""]
-    graded = [key for key in overall if is_graded(key)]
-    if graded:
+    means = [key for key in overall if graded(key)]
+    if means:
         lines += [
-            f"Rates are percentages (Δ in points); {', '.join(graded)} are mean judge scores on 1–10 "
-            "(Δ in score points, no McNemar test).",
+            f"Rates are percentages (Δ in points); {', '.join(means)} are means on their own scale (the "
+            "judge's 1–10 scores; Δ in score points, no McNemar test).",
             "",
         ]
     return lines
@@ -266,6 +228,7 @@ def _category_tables(
     reference: str,
     header: str,
     order: dict[str, tuple[str, ...]],
+    graded: Callable[[str], bool],
 ) -> list[str]:
     """One table per (metric, category): ``reference`` alone, or against ``last`` with the delta;
     tolerant variants are in the headline only."""
@@ -286,12 +249,12 @@ def _category_tables(
         rows = []
         for value in _ordered_values(order.get(category, ()), by_value):
             metric = by_value[value]
-            row = [value, str(metric["n"]), _value(name, metric["baseline"])]
+            row = [value, str(metric["n"]), _value(graded(name), metric["baseline"])]
             if last:
-                row += [_value(name, _checkpoint_value(metric, last))]
-                row += _delta_cells(name, metric["checkpoints"].get(last))
+                row += [_value(graded(name), _checkpoint_value(metric, last))]
+                row += _delta_cells(graded(name), metric["checkpoints"].get(last))
             rows.append(row)
-        scale = " (mean, 1–10)" if is_graded(name) else ""
+        scale = f" (mean{', 1–10' if _ten_point(name) else ''})" if graded(name) else ""
         compared = f"{reference} vs {last}" if last else reference
         lines += [f"### {name}{scale} by {category} ({compared})", "", *_table(columns, rows), ""]
     return lines
@@ -311,20 +274,20 @@ def _checkpoint_value(metric: dict[str, Any], name: str) -> float | None:
     return None if result is None else result["value"]
 
 
-def _delta_cells(key: str, result: dict[str, Any] | None) -> list[str]:
+def _delta_cells(graded: bool, result: dict[str, Any] | None) -> list[str]:
     if result is None or result.get("delta") is None:
         return [_MISSING, _MISSING]
     low, high = result["delta_ci95"]
-    delta = _score_delta if is_graded(key) else _points
+    delta = _score_delta if graded else _points
     interval = f"{delta(result['delta'])} [{delta(low)}, {delta(high)}]"
     return [interval, _p_value(result["mcnemar_p"])]
 
 
-def _value(key: str, value: float | None) -> str:
-    """A rate as a percentage, a 1–10 judge score as a plain mean."""
+def _value(graded: bool, value: float | None) -> str:
+    """A rate as a percentage, a mean on its own scale (a 1–10 judge score) as it is."""
     if value is None:
         return _MISSING
-    return f"{_round(value, 2):.2f}" if is_graded(key) else _percent(value)
+    return f"{_round(value, 2):.2f}" if graded else _percent(value)
 
 
 def _percent(value: float | None) -> str:

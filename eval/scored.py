@@ -45,7 +45,12 @@ def judged_scores(record: dict[str, Any], metrics: list[str], judged_by: str | N
 
 
 def scored_record(
-    bench: Benchmark, record: dict[str, Any], judged_by: str | None, wanted: list[str] | None = None
+    bench: Benchmark,
+    record: dict[str, Any],
+    judged_by: str | None,
+    wanted: list[str] | None = None,
+    settings: Any = None,
+    reference: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The scored form of one result record.
 
@@ -54,13 +59,18 @@ def scored_record(
         record: ``{"id", "prediction", "meta", ...}``.
         judged_by: the identity of the judge whose judgements count; None: no judge, ``ANY_JUDGE``: any.
         wanted: ``judge.metrics``; None: every metric the benchmark has judged.
+        settings, reference: the benchmark's settings and the reference model's record of the same item,
+            for a benchmark that scores an item against it (``Benchmark.relative``); None: no such scores.
     """
     meta = record["meta"]
     expected = judged_metrics(bench, meta, wanted)
     judged = judged_scores(record, expected, judged_by)
+    relative = {}
+    if bench.relative is not None and reference is not None and reference is not record:
+        relative = bench.relative(record["prediction"], reference["prediction"], settings)
     row = {
         "id": record["id"],
-        "scores": {**bench.score(record["prediction"], meta), **judged},
+        "scores": {**bench.score(record["prediction"], meta), **relative, **judged},
         "categories": bench.categories(meta),
         "n_unjudged_metrics": len(expected) - len(judged),
     }

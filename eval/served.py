@@ -6,7 +6,7 @@ decoded by our media spec (the frame cache's very frames) and written as a lossl
 QP 0) at the rate its frames were sampled at, so the server's processor decodes the same pixels and derives
 the same frame rate (Qwen2.5-VL's temporal positions depend on it); images go as PNG. The server must
 take every frame as given: ``chat_template_kwargs`` asks ``transformers serve`` not to resample (vLLM needs
-``--media-io-kwargs '{"video": {"num_frames": -1}}'``, see the README).
+``--media-io-kwargs '{"video": {"num_frames": -1}}'``, see docs/serving.md).
 
 OVIBench's simulated protocol runs as two requests: the answer, limited to the interruption point's token
 count (``finish_reason`` tells whether it ended first), then the conversation with that answer as the
@@ -41,18 +41,24 @@ from core.rundir import RunDir
 from core.sample import Part, Sample, Turn
 from core.text_models import EndpointTextModel, TextModelConfig
 from eval.ovi_simulation import interruption_cut
+from eval.predictor import NotServed
 from eval.server_process import launched_server
 from models.chat import VideoChatAdapter
 from models.loading import is_adapter, save_merged
 
 ENGINE = "served"
+NOT_SERVED = (
+    "a model served through an OpenAI-compatible API (eval.server) gives no log-probabilities of given "
+    "completions: evaluate in process to score this benchmark"
+)
 # transformers serve samples 32 frames from any video unless told otherwise; our frames are already sampled.
 _TAKE_EVERY_FRAME = {"chat_template_kwargs": {"num_frames": None, "do_sample_frames": False}}
 _CLIP_FORMAT_VERSION = 1  # bump when the written clips change
 
 
 class ServedModel:
-    """A model behind an OpenAI-compatible server, answering benchmark samples.
+    """A model behind an OpenAI-compatible server, answering benchmark samples (an ``eval.predictor``
+    ``Predictor`` that generates only).
 
     Args:
         base_url: the server's ``/v1`` URL; model: the served model's name.
@@ -67,6 +73,7 @@ class ServedModel:
         self.client = EndpointTextModel(text, setting="eval.server.endpoint.base_url")
         self.chat, self.cfg, self.clip_dir = chat, cfg, clip_dir
         self.workers = max(1, cfg.endpoint.workers)
+        self.quantization = str(None)  # whatever the server does with the weights, it is not ours to key
 
     # -- the two ways an item is answered ------------------------------------------------------------
 
@@ -110,11 +117,14 @@ class ServedModel:
             },
         }
 
-    def predict(self, samples: list[Sample], protocol: OviProtocol, max_new_tokens: int) -> list[dict]:
+    def generate(self, samples: list[Sample], protocol: OviProtocol, max_new_tokens: int) -> list[dict]:
         """Result fields (``prediction``, and a simulation's extras) per sample, in order."""
         if protocol == OviProtocol.simulated:
             return self.simulations(samples, max_new_tokens)
         return [{"prediction": p} for p in self.answers(samples, max_new_tokens)]
+
+    def loglikelihood(self, samples: list[Sample]) -> list[float]:
+        raise NotServed(NOT_SERVED)
 
     # -- what is sent --------------------------------------------------------------------------------
 

@@ -9,18 +9,15 @@ interruption) marked where it goes. Only the processor is loaded, not the weight
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from core.config import EvalRunConfig, OviProtocol
 from core.errors import ConfigError
 from core.media import FrameCache
 from core.sample import Sample
-from data_builders.build import with_synthetic_data
-from eval.benchmarks import BENCHMARKS
+from eval.benchmarks import BENCHMARKS, settings_of
 from eval.ovi_simulation import interruption_cut, prepare_inputs
-from eval.run import adopt_run_settings
-from models.chat import Rendered, VideoChatAdapter, make_adapter
-from models.loading import load_processor
+from eval.run import resolve
+from eval.run_models import open_models
+from models.chat import Rendered, VideoChatAdapter
 
 
 def show_prompt(cfg: EvalRunConfig, item_id: str) -> str:
@@ -30,17 +27,10 @@ def show_prompt(cfg: EvalRunConfig, item_id: str) -> str:
     Raises:
         ConfigError: no configured benchmark has an item with that id.
     """
-    if cfg.checkpoint:
-        adopt_run_settings(cfg, Path(cfg.checkpoint))
-    cfg = with_synthetic_data(cfg)
+    run = resolve(cfg)
+    cfg = run.cfg
     found = _find(cfg, item_id)
-    chat = make_adapter(
-        cfg.model.family,
-        load_processor(cfg.model),
-        cfg.media,
-        FrameCache(cfg.data.frame_cache),
-        cfg.model.chat_format,
-    )
+    chat = open_models(run, FrameCache(cfg.data.frame_cache), serve=False).chat  # the processor, no weights
     return "\n\n".join(_shown(cfg, chat, bench, sample) for bench, sample in found)
 
 
@@ -50,7 +40,7 @@ def _shown(cfg: EvalRunConfig, chat: VideoChatAdapter, bench: str, sample: Sampl
         f"{item_id} ({bench}, family {cfg.model.family}, chat format {cfg.model.chat_format}, "
         f"media {cfg.media.fingerprint})"
     )
-    protocol = BENCHMARKS[bench].protocol(sample.meta, cfg.eval)
+    protocol = BENCHMARKS[bench].protocol(sample.meta, settings_of(BENCHMARKS[bench], cfg.eval))
     if protocol != OviProtocol.simulated:
         rendered = chat.render(sample, for_generation=True)
         n_tokens = chat.batch([rendered], padding_side="left")["input_ids"].shape[1]
@@ -75,9 +65,9 @@ def _find(cfg: EvalRunConfig, item_id: str) -> list[tuple[str, Sample]]:
     for name in sorted(cfg.eval.benchmarks, key=lambda n: BENCHMARKS[n].source is not None):
         bench = BENCHMARKS[name]
         if bench.source is None:
-            samples[name] = bench.load(cfg.eval)
+            samples[name] = bench.load(settings_of(bench, cfg.eval))
         elif bench.source in samples:
-            samples[name] = bench.derive(samples[bench.source], cfg.eval).samples
+            samples[name] = bench.derive(samples[bench.source], settings_of(bench, cfg.eval)).samples
     found = [(name, s) for name in cfg.eval.benchmarks for s in samples.get(name, []) if s.id == item_id]
     if not found:
         searched = ", ".join(f"{name} ({len(items)} items)" for name, items in samples.items())

@@ -9,7 +9,8 @@ Metric keys are the overall metric names (``"accuracy"``, ``"accuracy_tolerant"`
 the judged OVIBench metrics ``"iac"``, ``"ifa"``, ``"tfs"``, ``"ves"``, ``"cfs"``, ``"ccs"``) and
 ``"<metric>/<category>/<value>"`` per category, e.g. ``"accuracy/dimension/OA"``. Every value is a micro
 average over the items scored under that key (for 0/1 metrics: correct items / items), never a mean of
-per-category means. The judged 1–10 metrics (``GRADED_METRICS``) are plain means on their own scale.
+per-category means. A benchmark's graded metrics (``Benchmark.graded``: the judge's 1–10 scores, a
+preference margin) are plain means on their own scale.
 
 Open-ended OVIBench records also carry ``"n_unjudged_metrics"``: judged metrics that could not be judged
 (or were not, with no judge configured). They have no score, so they are left out of every mean and
@@ -18,35 +19,24 @@ counted apart in ``n_unjudged``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from eval.rubrics import BINARY, METRICS
+from eval.benchmarks import BENCHMARKS
+from eval.benchmarks.base import Benchmark
 from eval.stats import mcnemar_p, paired_bootstrap, weighted_mean
-
-# The order of metrics in tables: rule-scored rates, then the judge's rates, then its 1-10 scores.
-METRIC_ORDER = (
-    "accuracy",
-    "accuracy_tolerant",
-    "z_rate",
-    "z_rate_tolerant",
-    "refusal_rate",
-    "refusal_rate_tolerant",
-    "hack_ratio",
-    "hack_ratio_tolerant",
-    "ma",
-    "ca",
-    "iac",
-    "ifa",
-    "tfs",
-    "ves",
-    "cfs",
-    "ccs",
+from eval.summary_schema import (
+    BASELINE_NAME,
+    BenchmarkEntry,
+    Comparison,
+    Counts,
+    MetricEntry,
+    ModelRef,
+    Summary,
+    to_json,
 )
-# Judge metrics on a 1-10 scale: means, not proportions, so no McNemar test and no percentages.
-GRADED_METRICS = frozenset(name for name, metric in METRICS.items() if metric.scale != BINARY)
 
-BASELINE_NAME = "baseline"
 _RESERVED_KEYS = ("baseline", "checkpoints", "benchmarks")
 
 ScoredRecords = Sequence[dict[str, Any]]
@@ -57,13 +47,21 @@ def metric_key(metric: str, category: str | None = None, value: str | None = Non
     return metric if category is None else f"{metric}/{category}/{value}"
 
 
-def is_graded(key: str) -> bool:
-    """Whether a metric key (``"tfs"``, ``"tfs/type/Correction"``) is a 1–10 judge score, not a 0/1 rate."""
-    return key.split("/", 1)[0] in GRADED_METRICS
+def rules(benchmark: str) -> Benchmark | None:
+    """The benchmark of that name (its metric order, graded metrics, weighting), if evaluation knows it."""
+    return BENCHMARKS.get(benchmark)
 
 
-def item_scores(records: ScoredRecords) -> dict[str, dict[str, float]]:
-    """Per metric key, the per-item scores ``{item id: score}``, in record order.
+def is_graded(benchmark: str, key: str) -> bool:
+    """Whether a metric key (``"tfs"``, ``"tfs/type/Correction"``) of a benchmark is a mean on its own scale
+    (a 1–10 judge score, a preference margin), not a 0/1 rate."""
+    bench = rules(benchmark)
+    return bench is not None and bench.is_graded(key)
+
+
+def item_scores(records: ScoredRecords, order: Sequence[str] = ()) -> dict[str, dict[str, float]]:
+    """Per metric key, the per-item scores ``{item id: score}``, in record order; overall keys first, each
+    group in the metric ``order`` (the benchmark's ``metric_order``; others after, as found).
 
     Records without scores (open-ended items awaiting a judge) contribute nothing.
 
@@ -81,25 +79,23 @@ def item_scores(records: ScoredRecords) -> dict[str, dict[str, float]]:
             table.setdefault(metric_key(metric), {})[item_id] = float(score)
             for category, value in record.get("categories", {}).items():
                 table.setdefault(metric_key(metric, category, value), {})[item_id] = float(score)
-    return _overall_first(table)
+    return _overall_first(table, tuple(order))
 
 
-def _overall_first(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    """Overall keys before per-category ones, each group in ``METRIC_ORDER`` (others after, as found)."""
-
+def _overall_first(table: dict[str, dict[str, float]], order: tuple[str, ...]) -> dict[str, dict[str, float]]:
     def rank(key: str) -> int:
         name = key.split("/", 1)[0]
-        return METRIC_ORDER.index(name) if name in METRIC_ORDER else len(METRIC_ORDER)
+        return order.index(name) if name in order else len(order)
 
     keys = sorted(table, key=lambda key: ("/" in key, rank(key)))  # stable: ties keep first-seen order
     return {key: table[key] for key in keys}
 
 
-def aggregate(records: ScoredRecords) -> dict[str, dict[str, float | int]]:
+def aggregate(records: ScoredRecords, order: Sequence[str] = ()) -> dict[str, dict[str, float | int]]:
     """The metric table of one model on one benchmark: ``{metric key: {"value": mean, "n": items}}``."""
     return {
         key: {"value": sum(scores.values()) / len(scores), "n": len(scores)}
-        for key, scores in item_scores(records).items()
+        for key, scores in item_scores(records, order).items()
     }
 
 
@@ -116,12 +112,6 @@ def count_unjudged_items(records: ScoredRecords) -> int:
 Weighting = tuple[str, dict[str, float]]  # (category, value -> weight): how a benchmark's means are taken
 
 
-def reference_name(summary: dict[str, Any]) -> str:
-    """The model every delta is measured against: a training run's untuned ``baseline``, a standalone
-    run's model, or the first of two runs compared (``python -m eval compare``)."""
-    return summary.get("reference") or summary.get("baseline", {}).get("name", BASELINE_NAME)
-
-
 def build_summary(
     baseline: dict[str, ScoredRecords],
     checkpoints: Sequence[tuple[str, int, dict[str, ScoredRecords]]],
@@ -129,7 +119,7 @@ def build_summary(
     *,
     n_resamples: int = 2000,
     seed: int = 0,
-    weighting: dict[str, Weighting] | None = None,
+    benchmarks: Mapping[str, Benchmark] | None = None,
     baseline_name: str = BASELINE_NAME,
 ) -> dict[str, Any]:
     """The content of ``summary.json``: every checkpoint's metrics next to the baseline's.
@@ -152,9 +142,11 @@ def build_summary(
             ``judge``, ...).
         n_resamples: bootstrap resamples per comparison.
         seed: bootstrap seed, so re-running on the same results gives the same intervals.
-        weighting: benchmark -> ``(category, weights)``: its values (and deltas and intervals) are the
-            weighted means of the per-category-value means (OVIBench: by interruption type, 1:2:1), not
-            plain means over items; the entry then says so under ``aggregation``.
+        benchmarks: benchmark name -> the benchmark whose rules its entry follows (None: the evaluation's
+            ``BENCHMARKS``): its metric order, its graded metrics (no McNemar test), and its
+            ``weighting``: its values (and deltas and intervals) are then the weighted means of the
+            per-category-value means (OVIBench: by interruption type, 1:2:1), not plain means over items,
+            and the entry says so under ``aggregation``.
         baseline_name: the first model's name: ``baseline`` (the untuned model) in a training run, the
             model's or checkpoint's own in a standalone evaluation.
 
@@ -169,18 +161,18 @@ def build_summary(
     names = [name for name, _, _ in checkpoints]
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate checkpoint names: {names}")
-    benchmarks = _ordered_union([baseline, *(results for _, _, results in checkpoints)])
-    return {
-        "baseline": {"name": baseline_name, "step": 0},
-        "checkpoints": [{"name": name, "step": int(step)} for name, step, _ in checkpoints],
-        "benchmarks": {
-            benchmark: _benchmark_entry(
-                benchmark, baseline, checkpoints, n_resamples, seed, (weighting or {}).get(benchmark)
-            )
-            for benchmark in benchmarks
+    names = _ordered_union([baseline, *(results for _, _, results in checkpoints)])
+    known = BENCHMARKS if benchmarks is None else benchmarks
+    summary = Summary(
+        baseline=ModelRef(baseline_name, 0),
+        checkpoints=[ModelRef(name, int(step)) for name, step, _ in checkpoints],
+        benchmarks={
+            name: _benchmark_entry(name, baseline, checkpoints, n_resamples, seed, known.get(name))
+            for name in names
         },
         **extra,
-    }
+    )
+    return to_json(summary)
 
 
 def _benchmark_entry(
@@ -189,12 +181,14 @@ def _benchmark_entry(
     checkpoints: Sequence[tuple[str, int, dict[str, ScoredRecords]]],
     n_resamples: int,
     seed: int,
-    weighting: Weighting | None,
+    bench: Benchmark | None,
 ) -> dict[str, Any]:
+    weighting = bench.weighting if bench else None
+    order = bench.metric_order if bench else ()
     base_records = baseline.get(benchmark, [])
-    base_scores = item_scores(base_records)
+    base_scores = item_scores(base_records, order)
     tuned = [
-        (name, step, item_scores(results[benchmark]))
+        (name, step, item_scores(results[benchmark], order))
         for name, step, results in checkpoints
         if benchmark in results
     ]
@@ -202,25 +196,27 @@ def _benchmark_entry(
         weighting,
         [base_records, *(results[benchmark] for _, _, results in checkpoints if benchmark in results)],
     )
-    metrics: dict[str, Any] = {}
+    metrics: dict[str, MetricEntry] = {}
     for key in _ordered_union([base_scores, *(scores for _, _, scores in tuned)]):
         reference = base_scores.get(key, {})
-        metrics[key] = {
-            "baseline": mean(reference),
-            "n": len(reference),
-            "checkpoints": {
-                name: _comparison(int(step), reference, scores[key], n_resamples, seed, is_graded(key), mean)
+        graded = bench is not None and bench.is_graded(key)
+        metrics[key] = MetricEntry(
+            baseline=mean(reference),
+            n=len(reference),
+            checkpoints={
+                name: _comparison(int(step), reference, scores[key], n_resamples, seed, graded, mean)
                 for name, step, scores in tuned
                 if key in scores
             },
-        }
+        )
     counts = {name: _counts(results[benchmark]) for name, _, results in checkpoints if benchmark in results}
-    entry = {**_counts(base_records), "checkpoints": counts, "metrics": metrics}
+    aggregation = None
     if weighting:
         category, weights = weighting
         parts = " : ".join(f"{value} {weight:g}" for value, weight in weights.items())
-        entry["aggregation"] = f"means weighted by {category} ({parts}) over each value's mean"
-    return entry
+        aggregation = f"means weighted by {category} ({parts}) over each value's mean"
+    own = dataclasses.asdict(_counts(base_records))
+    return BenchmarkEntry(**own, checkpoints=counts, metrics=metrics, aggregation=aggregation)
 
 
 class _Mean:
@@ -253,15 +249,11 @@ class _Mean:
         return float(weighted_mean({key: sum(v) / len(v) for key, v in groups.items()}, self.weights))
 
 
-def _counts(records: ScoredRecords) -> dict[str, int]:
-    counts = {
-        "n_items": len(records),
-        "n_unjudged": count_unjudged(records),
-        "n_unjudged_items": count_unjudged_items(records),
-    }
+def _counts(records: ScoredRecords) -> Counts:
+    counts = Counts(len(records), count_unjudged(records), count_unjudged_items(records))
     simulated = [record["answer_finished"] for record in records if "answer_finished" in record]
     if simulated:  # answers that ended before their interruption: there was nothing to cut
-        counts.update(n_simulated=len(simulated), n_answer_finished=sum(simulated))
+        counts.n_simulated, counts.n_answer_finished = len(simulated), sum(simulated)
     return counts
 
 
@@ -276,15 +268,7 @@ def _comparison(
 ) -> dict[str, Any]:
     """One checkpoint's entry for one metric key, paired with the baseline by item id."""
     common = [item_id for item_id in reference if item_id in scores]
-    entry: dict[str, Any] = {
-        "step": step,
-        "value": mean(scores),
-        "n": len(scores),
-        "n_paired": len(common),
-        "delta": None,
-        "delta_ci95": None,
-        "mcnemar_p": None,
-    }
+    entry = Comparison(step, mean(scores), len(scores), len(common), None, None, None)
     if common:
         before = [reference[item_id] for item_id in common]
         after = [scores[item_id] for item_id in common]
@@ -292,9 +276,9 @@ def _comparison(
         interval = paired_bootstrap(
             before, after, n_resamples, seed, 0.95, strata=strata, weights=mean.weights
         )
-        entry["delta"] = interval["delta"]
-        entry["delta_ci95"] = [interval["ci_low"], interval["ci_high"]]
-        entry["mcnemar_p"] = None if graded else mcnemar_p(before, after)
+        entry.delta = interval["delta"]
+        entry.delta_ci95 = [interval["ci_low"], interval["ci_high"]]
+        entry.mcnemar_p = None if graded else mcnemar_p(before, after)
     return entry
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from core.cli import run_cli
@@ -28,12 +28,13 @@ from core.config import EvalMode, PeftMethod, TrainConfig, VideoTransport
 from core.errors import ConfigError
 from core.media import FrameCache
 from core.metric_logging import make_watcher_logger
+from core.run import Run
 from core.rundir import BASELINE, RunDir, checkpoint_step
+from eval.benchmarks import resolve_settings
 from eval.evaluation import Evaluation
 from eval.headline import headline
-from eval.served import served_weights, serving
-from models.chat import make_adapter
-from models.loading import CheckpointModels, default_device, load_base, load_processor
+from eval.run_models import open_models
+from models.loading import default_device
 
 
 class WatchTimeout(RuntimeError):
@@ -77,6 +78,18 @@ def check_watchable(cfg: TrainConfig, run_dir: RunDir) -> None:
         )
 
 
+def resolve(run_dir: RunDir, cfg: TrainConfig, serve: str | None, video: str | None) -> Run:
+    """The training run as the watcher evaluates it: its resolved config, served through ``serve`` (a
+    server command) and ``video`` (how videos travel) when given instead of the training's own setting."""
+    server = cfg.eval.server
+    if serve:
+        server = replace(server, command=serve)
+    if video:
+        server = replace(server, video=VideoTransport(video))
+    evaluation = resolve_settings(replace(cfg.eval, server=server))
+    return Run(replace(cfg, eval=evaluation), run_dir, quantized=cfg.peft.method is PeftMethod.qlora)
+
+
 def watch(
     run_dir: str | Path,
     *,
@@ -98,28 +111,30 @@ def watch(
 
     Raises:
         WatchTimeout: ``timeout_s`` passed first.
+        ConfigError: the run serves its models through a running server's ``base_url`` (the watcher
+            serves each checkpoint in turn).
     """
     run_dir = RunDir(run_dir)
-    device = device or default_device()
     deadline = Deadline(timeout_s)
-    cfg = read_run_config(run_dir, deadline, poll_s)
-    if serve:
-        cfg.eval.server.command = serve
-    if video:
-        cfg.eval.server.video = VideoTransport(video)
-    check_watchable(cfg, run_dir)
-    log = cfg.logger
-    logger = make_watcher_logger(log.wandb, log.mode, log.project, log.entity, run_dir.path, cfg.run_name)
+    run = resolve(run_dir, read_run_config(run_dir, deadline, poll_s), serve, video)
+    check_watchable(run.cfg, run_dir)
+    if run.cfg.eval.server.enabled and not run.cfg.eval.server.command:
+        raise ConfigError(
+            "the watcher serves each checkpoint in turn: give eval.server.command (or --serve), not a "
+            "running server's base_url"
+        )
+    log = run.cfg.logger
+    logger = make_watcher_logger(log.wandb, log.mode, log.project, log.entity, run_dir.path, run.cfg.run_name)
     try:
-        cache = FrameCache(cfg.data.frame_cache)
-        evaluation = Evaluation(cfg, run_dir, logger, cache)
-        chat, model_of = _models(cfg, run_dir, device, cache)
+        cache = FrameCache(run.cfg.data.frame_cache)
+        evaluation = Evaluation(run, logger, cache)
+        models = open_models(run, cache, device=device or default_device())
         evaluated = {name for name, _ in run_dir.models()}
 
         def evaluate(name: str, step: int, checkpoint: Path | None = None) -> None:
             print(f"evaluating {name} (step {step})", flush=True)
-            with model_of(checkpoint) as model:
-                evaluation.evaluate(model, chat, name, step, checkpoint)
+            with models.predictor(checkpoint) as predictor:
+                evaluation.evaluate(predictor, name, step, checkpoint)
             evaluated.add(name)
 
         if BASELINE not in evaluated:
@@ -136,40 +151,6 @@ def watch(
         return evaluation.write_summary()
     finally:
         logger.finish()
-
-
-def _models(cfg: TrainConfig, run_dir: RunDir, device: str, cache: FrameCache):
-    """The chat adapter, and a context manager giving the model of a checkpoint (None: the base): a model in
-    this process (one base; each LoRA adapter swapped onto it), or one served for the block
-    (``eval.server``: a LoRA checkpoint merged first)."""
-    server = cfg.eval.server
-    if server.enabled:
-        if not server.command:
-            raise ConfigError(
-                "the watcher serves each checkpoint in turn: give eval.server.command (or --serve), not a "
-                "running server's base_url"
-            )
-        processor = load_processor(cfg.model)
-        chat = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)
-        merged = run_dir.path / "eval" / "served_weights"
-
-        @contextmanager
-        def served(checkpoint: Path | None):
-            with serving(
-                cfg, served_weights(cfg.model, checkpoint, processor, merged), chat, run_dir
-            ) as model:
-                yield model
-
-        return chat, served
-    base, processor = load_base(cfg.model, quantized=cfg.peft.method is PeftMethod.qlora, device=device)
-    chat = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)
-    checkpoints = CheckpointModels(base, cfg.model, device)
-
-    @contextmanager
-    def in_process(checkpoint: Path | None):
-        yield base if checkpoint is None else checkpoints.load(checkpoint)
-
-    return chat, in_process
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -111,9 +111,9 @@ def compose_launch(args: list[str], now: datetime | None = None) -> Launch:
     run_name = cfg.run_name if named_by_user else f"{cfg.run_name}_{(now or datetime.now()):%Y%m%d-%H%M%S}"
     if not _RUN_NAME.fullmatch(run_name):
         raise ConfigError(f"run_name={run_name!r}: use letters, digits and . _ - / only")
-    cfg.run_name = run_name
+    run_dir = OmegaConf.merge(cfg, {"run_name": run_name}).run_dir  # the run directory of that name
     overrides = [a for a in train_args if _key(a) != "run_name"]
-    return Launch(launcher, overrides, run_name, str(cfg.run_dir), named_by_user)
+    return Launch(launcher, overrides, run_name, str(run_dir), named_by_user)
 
 
 def _split(args: list[str]) -> tuple[list[str], list[str]]:

@@ -1,5 +1,5 @@
-"""Preference pairs as model inputs, for DPO training (train/dpo.py) and held-out scoring
-(eval/preference.py), and the same reactions unpaired for KTO training (train/kto.py).
+"""Preference pairs as model inputs, for DPO training and held-out scoring (the ovi_pairs benchmark), and
+the same reactions unpaired for KTO training (train/preference.py).
 
 Both render a pair through the same chat adapter as SFT and evaluation: the chosen conversation and the
 rejected one (the same prompt, another final reaction), batched as TRL's DPOTrainer expects them: the

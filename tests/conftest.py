@@ -8,12 +8,13 @@ import os
 from pathlib import Path
 
 import pytest
+from paths import REPO
+
+# The asserts of the helper modules explain their failures as the tests' own do.
+pytest.register_assert_rewrite("runs", "processes")
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-REPO = Path(__file__).resolve().parents[1]
-CONF = REPO / "conf"
 
 
 @pytest.fixture(scope="session")
@@ -25,23 +26,10 @@ def repo() -> Path:
 @pytest.fixture(scope="session")
 def compose():
     """``compose(name, *overrides)``: ``conf/<name>.yaml`` composed as the command line would, typed
-    (``TrainConfig``, ``EvalRunConfig`` …); ``typed=False`` gives the DictConfig."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from omegaconf import OmegaConf
+    (``TrainConfig``, ``EvalRunConfig`` …); ``typed=False`` gives the DictConfig (tests/configs.py)."""
+    from configs import compose
 
-    from core.config import register_configs
-    from data_builders.cli_config import register_configs as register_builder_configs
-
-    register_configs()
-    register_builder_configs()
-
-    def composed(name: str, *overrides: str, typed: bool = True):
-        with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-            cfg = hydra_compose(name, overrides=list(overrides))
-        return OmegaConf.to_object(cfg) if typed else cfg
-
-    return composed
+    return compose
 
 
 @pytest.fixture(scope="session")
@@ -91,19 +79,21 @@ def preference_after_sft(small_train_config):
     """``preference_after_sft(root, run_name, *overrides)``: a 2-step SFT under ``root``, then a 4-step run of
     a preference stage (the overrides say which) from its checkpoint, evaluated at baseline and every 2
     steps; returns the stage's config and result."""
-    from train.recipe import run
+    from train.recipe import train
 
     def after_sft(root, run_name: str, *overrides: str):
         sft = small_train_config(
             root, "run_name=sft", "trainer.max_steps=2", "trainer.save_steps=2", "eval=none"
         )
-        run(sft)
+        train(sft)
         checkpoint = root / "sft" / "checkpoints" / "checkpoint-2"
         cfg = small_train_config(
             root, f"run_name={run_name}", "trainer.max_steps=4", "trainer.save_steps=2",
-            "trainer.batch_size=2", "peft.modules_to_save=[]", f"stage.start_from={checkpoint}", *overrides,
+            "trainer.batch_size=2", "peft.modules_to_save=[]", f"stage.start_from={checkpoint}",
+            "eval.benchmarks=[v2p,ovi,ovi_pairs]", *overrides,
         )  # fmt: skip
-        return cfg, run(cfg)
+        result = train(cfg)
+        return result.run.cfg, result  # the config as the run resolved it
 
     return after_sft
 
@@ -147,16 +137,17 @@ def synthetic_build(tmp_path_factory):
 
 @pytest.fixture
 def chat_server(monkeypatch):
-    """``chat_server(respond)``: a local OpenAI-compatible server (``fake_openai.ChatServer``) answering
-    with ``respond(handler, body)``, reachable without a proxy, stopped when the test ends."""
-    from fake_openai import ChatServer
+    """``chat_server(respond, record=...)``: a local OpenAI-compatible server (``fake_openai.ChatServer``)
+    answering with ``respond(handler, body)`` and keeping ``record(handler, body)`` of every request in its
+    ``requests``, reachable without a proxy, stopped when the test ends."""
+    from fake_openai import ChatServer, request_record
 
     for name in ("NO_PROXY", "no_proxy"):
         monkeypatch.setenv(name, "127.0.0.1,localhost")
     servers = []
 
-    def start(respond):
-        servers.append(ChatServer(respond))
+    def start(respond, record=request_record):
+        servers.append(ChatServer(respond, record))
         return servers[-1]
 
     yield start

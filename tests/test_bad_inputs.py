@@ -246,7 +246,7 @@ def test_corrupt_training_video_is_quarantined_and_training_goes_on(small_train_
     from core.rundir import reason_counts
     from data_builders.build import build_synthetic
     from train.data import load_samples
-    from train.recipe import run
+    from train.recipe import train
 
     cfg = small_train_config(
         tmp_path,
@@ -263,7 +263,7 @@ def test_corrupt_training_video_is_quarantined_and_training_goes_on(small_train_
     broken.write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"not a video" * 20)
     users = {s.id for s in samples if str(broken) in _videos(s)}
 
-    run(cfg)
+    train(cfg)
 
     listed = json.loads((Path(cfg.run_dir) / "quarantine_train.json").read_text())
     assert {entry["id"] for entry in listed} == users and {entry["file"] for entry in listed} == {str(broken)}

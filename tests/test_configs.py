@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hydra.errors import ConfigCompositionException
+from paths import CONF
 
 from core.config import EvalRunConfig, Family, PeftMethod, Tower, TrainConfig
 
-CONF = Path(__file__).resolve().parents[1] / "conf"  # module level: the parametrisations read it
 EXPERIMENTS = sorted(p.stem for p in (CONF / "exp").glob("*.yaml"))
 GROUP_OPTIONS = [
     (group.name, option.stem)
@@ -53,14 +51,31 @@ def test_wrong_type_fails_at_compose_time(compose):
         compose("train", "+exp=quickstart", "trainer.max_steps=abc")
 
 
+@pytest.mark.parametrize("name", ["train", "eval"])
+def test_a_benchmarks_own_settings_are_typed_at_compose_time(compose, name):
+    """eval.settings.<benchmark> is the benchmark's own settings dataclass: a misspelt key or a wrong type
+    fails when the config is composed, naming it; a right one arrives typed."""
+    from eval.benchmarks.ovi import OviSettings
+
+    with pytest.raises(ConfigCompositionException, match="protocl"):
+        compose(name, "eval.settings.ovi.protocl=simulated")
+    with pytest.raises(ConfigCompositionException, match="max_new_tokens"):
+        compose(name, "eval.settings.v2p.max_new_tokens=many")
+    config = compose(name, "eval.settings.ovi.max_new_tokens_open=7")
+    assert isinstance(config.eval.settings["ovi"], OviSettings)
+    assert config.eval.settings["ovi"].max_new_tokens_open == 7
+
+
 @pytest.mark.parametrize(
     ("override", "key"),
     [
         ("model.family=qwen25_vl", "family"),
         ("model.dtype=bf16", "dtype"),
         ("media.decoder=opencv", "decoder"),
-        ("eval.input_order=vp_last", "input_order"),
-        ("eval.ovi_protocol=simulate", "ovi_protocol"),
+        ("eval.settings.v2p.input_order=vp_last", "input_order"),
+        ("eval.settings.ovi.protocol=simulate", "protocol"),
+        ("stage.loss_type=[sigmoid,simpo]", "loss_type"),
+        ("stage.pair_forms=[open,essay]", "pair_forms"),
         ("judge.backend=openai", "backend"),
         ("logger.mode=online_maybe", "mode"),
     ],

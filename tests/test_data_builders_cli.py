@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
+from paths import CONF
 
 from core.choice import Choice
 from core.video_io import write_mp4
@@ -28,14 +28,12 @@ from data_builders.cli_config import (
     SyntheticDataConfig,
     TrackFormat,
     VpSftBuild,
-    register_configs,
 )
 from data_builders.ovi_train import mix_shares
 from data_builders.sources import SOURCES
 from data_builders.sources.tracks import TRACK_FORMATS
 from data_builders.visual_prompts import PROMPT_NOUNS, PromptShape
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 CAPTIONS = {
     "v_one": {
         "duration": 4.0,
@@ -137,10 +135,9 @@ def test_synthetic_builds(tmp_path: Path):
 
 
 @pytest.fixture(scope="module")
-def composer():
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        yield lambda *overrides: compose("build", overrides=list(overrides))
+def composer(compose):
+    """``composer(*overrides)``: ``conf/build.yaml`` composed with them (the DictConfig)."""
+    return lambda *overrides: compose("build", *overrides, typed=False)
 
 
 @pytest.mark.parametrize("name", sorted(BUILDER_SCHEMAS))

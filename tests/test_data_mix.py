@@ -95,24 +95,26 @@ def test_the_training_set_uses_the_mix_and_records_it(tmp_path: Path):
             {"path": data.train[1], "weight": 1.0, "share": 0.5, "samples": 10, "drawn": 10, "used": 9},
         ],
     }
-    assert len(result.samples) == 19 and sum(s.id.startswith("a") for s in result.samples) == 10
+    assert len(result.rows) == 19 and sum(s.id.startswith("a") for s in result.rows) == 10
     concatenated = training_set(
         DataConfig(train=data.train), seed=0, spec=MediaSpec(), cache=FrameCache(None)
     )
     assert concatenated.mix["strategy"] == "concat"
     assert [d["drawn"] for d in concatenated.mix["datasets"]] == [30, 10]
     everything = [s.id for s in load_samples(data.train)]
-    assert [s.id for s in concatenated.samples] == [i for i in everything if i != "b_broken"]
+    assert [s.id for s in concatenated.rows] == [i for i in everything if i != "b_broken"]
 
 
 @pytest.mark.slow  # importing the training recipe takes seconds
 def test_bad_weights_fail_before_the_model_loads(compose, tmp_path: Path, monkeypatch):
+    import eval.run_models
     import train.recipe
 
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(train.recipe, "load_base", no_model)
+    monkeypatch.setattr(eval.run_models, "load_base", no_model)
+    monkeypatch.setattr(eval.run_models, "load_processor", no_model)
     monkeypatch.setattr(train.recipe, "build_if_tiny", no_model)
     cfg = compose(
         "train",
@@ -124,7 +126,7 @@ def test_bad_weights_fail_before_the_model_loads(compose, tmp_path: Path, monkey
         "logger=none",
     )
     with pytest.raises(ConfigError, match="data.weights has 3 weight"):
-        train.recipe.run(cfg)
+        train.recipe.train(cfg)
 
 
 def test_weights_compose_and_are_kept_in_the_resolved_config(compose, tmp_path: Path):
@@ -139,7 +141,7 @@ def test_weights_compose_and_are_kept_in_the_resolved_config(compose, tmp_path: 
 
 @pytest.mark.slow
 def test_a_run_writes_its_data_mix(small_train_config, tmp_path: Path):
-    from train.recipe import run
+    from train.recipe import train
 
     cfg = small_train_config(
         tmp_path,
@@ -150,9 +152,9 @@ def test_a_run_writes_its_data_mix(small_train_config, tmp_path: Path):
         "trainer.batch_size=2",
         "data.weights=[1,1]",
     )
-    run(cfg)
+    resolved = train(cfg).run.cfg  # data.train: the synthetic training sets
     record = json.loads((Path(cfg.run_dir) / "data_mix.json").read_text())
     assert record["strategy"] == "interleave_under" and record["seed"] == cfg.trainer.seed
-    assert [d["path"] for d in record["datasets"]] == cfg.data.train
+    assert [d["path"] for d in record["datasets"]] == resolved.data.train and len(resolved.data.train) == 2
     drawn = [d["drawn"] for d in record["datasets"]]
     assert drawn[0] == drawn[1] == min(d["samples"] for d in record["datasets"])

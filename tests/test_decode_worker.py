@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import REPO
+from processes import gone, wait_until_gone
 
 from core import decode_worker
 from core.decoding import MediaSpec
@@ -29,7 +31,6 @@ from core.video_io import write_mp4
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc; dies-with-parent is Linux's")
 
-REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 1.0
 # Kill and reap take milliseconds; the rest is room for a busy shared machine.
 SLACK_S = 10.0
@@ -41,24 +42,6 @@ def video(tmp_path):
     path = tmp_path / "clip.mp4"
     write_mp4(path, np.stack([np.full((56, 56, 3), 10 * i, np.uint8) for i in range(16)]), fps=8.0)
     return path
-
-
-def _gone(pid: int) -> bool:
-    """Whether a process has exited (a zombie left for an absent reaper has: it holds no memory or CPU)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
-
-
-def _wait_until_gone(pid: int) -> bool:
-    deadline = time.monotonic() + SLACK_S
-    while not _gone(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def _decodes_correctly(video: Path) -> bool:
@@ -78,7 +61,7 @@ def test_a_decoder_blocked_on_a_named_pipe_is_killed_and_the_next_decode_starts_
     ):
         decode_worker.decode(str(pipe), 0.0, 2.0, MediaSpec(timeout_s=TIMEOUT_S))
     assert time.monotonic() - started < TIMEOUT_S + SLACK_S
-    assert _gone(hung), "the hung child was killed and reaped"
+    assert gone(hung), "the hung child was killed and reaped"
     assert _decodes_correctly(video)
     assert decode_worker.worker().pid != hung
 
@@ -95,7 +78,7 @@ def test_a_hung_decode_span_names_the_video_and_the_worker_is_replaced(video):
     finally:
         with contextlib.suppress(ProcessLookupError):  # reaped already, unless the test failed early
             os.kill(frozen, signal.SIGCONT)
-    assert _gone(frozen)
+    assert gone(frozen)
     assert _decodes_correctly(video)
 
 
@@ -140,7 +123,7 @@ def test_the_child_dies_with_its_parent_even_when_hung():
     finally:
         parent.kill()
         parent.wait()
-    assert _wait_until_gone(child), f"decode child {child} outlived its parent"
+    assert wait_until_gone(child, SLACK_S), f"decode child {child} outlived its parent"
 
 
 class _Decodes:
@@ -182,4 +165,4 @@ def test_each_dataloader_worker_decodes_in_a_child_of_its_own(video):
     assert len(children) == 2 and ours not in children, "one decode child per DataLoader worker"
     assert in_flight == [True] and decode_worker.worker().pid == ours, "ours finished its decode, untouched"
     for child in children:
-        assert _wait_until_gone(child), f"decode child {child} outlived its DataLoader worker"
+        assert wait_until_gone(child, SLACK_S), f"decode child {child} outlived its DataLoader worker"

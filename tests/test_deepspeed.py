@@ -18,22 +18,20 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from configs import compose
+from paths import REPO
+from runs import logged
 
-from core.config import EvalConfig, TrainerConfig, register_configs
+from core.config import TrainerConfig
 from core.errors import ConfigError
 from train.deepspeed import deepspeed_config
 
-REPO = Path(__file__).resolve().parents[1]
-CONF = REPO / "conf"
 EVAL_LIMIT = 5  # odd, so two ranks get unequal shards and the shorter one is padded
 
 
 def _trainer(name: str) -> TrainerConfig:
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        return OmegaConf.to_object(compose("train", overrides=[f"trainer={name}"])).trainer
+    """``conf/trainer/<name>.yaml`` as the training composes it."""
+    return compose("train", f"trainer={name}").trainer
 
 
 @pytest.mark.parametrize(
@@ -63,12 +61,12 @@ def test_no_zero_means_no_deepspeed_and_bad_settings_fail():
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_shards_cover_every_item_once_in_equal_rounds(monkeypatch, world):
     from core import distributed
-    from eval.benchmarks.ovi import OVI
+    from eval.benchmarks.ovi import OVI, OviSettings
     from eval.generation import Generation
 
     items = [SimpleNamespace(id=f"mcq{i}", meta={"format": "mcq"}, turns=[]) for i in range(5)]
     items += [SimpleNamespace(id=f"open{i}", meta={"format": "open"}, turns=[]) for i in range(2)]
-    generation = Generation(OVI, items, EvalConfig(batch_size=2), setting="s", items={})
+    generation = Generation(OVI, items, OviSettings(), batch_size=2, setting="s", items={})
     monkeypatch.setattr(distributed, "world_size", lambda: world)
     rounds = {}
     for r in range(world):
@@ -101,7 +99,7 @@ def _torchrun(output_root: Path, run_name: str, *overrides: str) -> subprocess.C
         *(
             "data.synthetic.vp_questions_per_video=2",
             f"eval.limit={EVAL_LIMIT}",
-            "eval.max_new_tokens_open=16",
+            "eval.settings.ovi.max_new_tokens_open=16",
         ),
         *overrides,
     ]
@@ -162,11 +160,11 @@ def _check_tower_learning_rates(output_root: Path, checkpoint: Path) -> None:
 
 def _check_each_item_once(run_dir: Path) -> None:
     from core.rundir import RunDir
-    from eval.benchmarks import BENCHMARKS
+    from eval.benchmarks import BENCHMARKS, resolve_settings
 
-    cfg = RunDir(run_dir).read_config().eval
-    for bench in ("v2p", "ovi"):
-        expected = sorted(sample.id for sample in BENCHMARKS[bench].load(cfg)[:EVAL_LIMIT])
+    cfg = resolve_settings(RunDir(run_dir).read_config().eval)
+    for bench in cfg.benchmarks:
+        expected = sorted(sample.id for sample in BENCHMARKS[bench].load(cfg.settings[bench])[:EVAL_LIMIT])
         for model in ("baseline", "checkpoint-2"):
             lines = (run_dir / "eval" / model / f"{bench}.jsonl").read_text().splitlines()
             assert sorted(json.loads(line)["id"] for line in lines) == expected, (model, bench)
@@ -175,24 +173,17 @@ def _check_each_item_once(run_dir: Path) -> None:
 @pytest.mark.slow
 def test_zero2_lora_on_two_processes(output_root):
     run_dir = _check_run(output_root, "zero2", stage=2)
-    state = json.loads((run_dir / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text())
-    losses = [entry["loss"] for entry in state["log_history"] if "loss" in entry]
+    losses = logged(run_dir / "checkpoints" / "checkpoint-2")
     assert losses and all(math.isfinite(loss) for loss in losses)
 
 
 @pytest.mark.slow
 def test_zero3_lora_on_two_processes(output_root):
-    run_dir = _check_run(output_root, "zero3", 3, "eval.preference_pairs=true")
-    # The held-out preference pairs, sharded over both ranks like generation: each scored once per model.
-    from core.rundir import RunDir
-    from data_builders.ovi_format import load_ovibench
-    from data_builders.preferences import pairs_from_samples
-
-    ovi_root = RunDir(run_dir).read_config().eval.ovi_root
-    expected = sorted(pair.id for pair in pairs_from_samples(load_ovibench(ovi_root)).pairs)
-    for model in ("baseline", "checkpoint-2"):
-        lines = (run_dir / "eval" / model / "ovi_pairs.jsonl").read_text().splitlines()
-        assert sorted(json.loads(line)["id"] for line in lines) == expected, model
+    # The held-out preference pairs too (a log-likelihood benchmark), sharded over both ranks like
+    # generation: _check_run checks every benchmark's items were each scored once per model.
+    run_dir = _check_run(output_root, "zero3", 3, "eval.benchmarks=[v2p,ovi,ovi_pairs]")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["benchmarks"]["ovi_pairs"]["metrics"]["accuracy"]["n"] == EVAL_LIMIT
     # Saved with the partitioned weights gathered: an ordinary adapter that loads without DeepSpeed.
     assert (run_dir / "checkpoints" / "checkpoint-2" / "adapter_model.safetensors").stat().st_size > 100_000
 

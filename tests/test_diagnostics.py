@@ -174,14 +174,11 @@ def test_refusal_rate_and_hack_ratio_by_duration_bucket_by_hand():
 )
 def test_bad_diagnostics_settings_fail_before_anything_loads(benchmarks, message, tmp_path):
     from core.config import EvalConfig
-    from core.decoding import MediaSpec
     from core.errors import ConfigError
-    from core.media import FrameCache
-    from core.rundir import RunDir
-    from eval.evaluation import load_suites
+    from eval.benchmarks import resolve_settings
 
-    with pytest.raises(ConfigError, match=message):
-        load_suites(EvalConfig(benchmarks=benchmarks), MediaSpec(), FrameCache(None), RunDir(tmp_path), {})
+    with pytest.raises(ConfigError, match=message):  # as every entry point resolves its run
+        resolve_settings(EvalConfig(benchmarks=benchmarks))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -196,13 +193,13 @@ def test_text_prompt_is_skipped_with_a_reason_for_a_release_without_targets(synt
     for row in rows:
         del row["target_id"]
     info.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    from core.config import EvalConfig
+    from eval.benchmarks.v2p import V2PSettings
 
     samples = load_v2p_release(release)
-    cfg = EvalConfig(v2p_root=str(release))
-    skipped = BENCHMARKS["v2p_text_prompt"].derive(samples, cfg)
+    settings = V2PSettings(root=str(release))
+    skipped = BENCHMARKS["v2p_text_prompt"].derive(samples, settings)
     assert skipped.samples == [] and "no target_id" in skipped.info["skipped"]
-    assert len(BENCHMARKS["v2p_blind"].derive(samples, cfg).samples) == len(samples)
+    assert len(BENCHMARKS["v2p_blind"].derive(samples, settings).samples) == len(samples)
 
 
 @pytest.mark.slow
@@ -214,7 +211,7 @@ def test_every_diagnostic_end_to_end_on_the_twin(
     cfg = small_eval_config(
         tmp_path,
         f"model.name_or_path={tiny_checkpoint}",
-        f"eval.v2p_root={synthetic_build.v2p_bench}",
+        f"eval.settings.v2p.root={synthetic_build.v2p_bench}",
         "eval=diagnostics",
         "eval.benchmarks=[v2p,v2p_blind,v2p_z,v2p_shuffled,v2p_text_prompt]",
         "eval.limit=4",
@@ -233,7 +230,7 @@ def test_every_diagnostic_end_to_end_on_the_twin(
     for bench, metrics in wanted.items():
         for metric in metrics:
             assert isinstance(benchmarks[bench]["metrics"][metric]["baseline"], float), (bench, metric)
-    notes = summary["diagnostics"]
+    notes = {bench: benchmarks[bench]["derived"] for bench in wanted}  # each diagnostic's own account
     assert notes["v2p_shuffled"]["frames"] == cfg.media.num_frames
     assert notes["v2p_shuffled"]["n_items"] == benchmarks["v2p_shuffled"]["n_items"] > 0
     pair = notes["v2p_text_prompt"]["text_vs_visual"]["model"]  # the standalone run's model

@@ -10,15 +10,13 @@ import shutil
 import sys
 
 import pytest
-import test_resume as resume
+import runs
 import torch
 
 from core.config import ModelConfig, PeftConfig, TrainerConfig
-from core.decoding import MediaSpec
 from core.media import FrameCache
 from data_builders.ovi_format import load_ovibench
 from data_builders.preferences import pairs_from_samples
-from models.chat import VideoChatAdapter
 from models.pairs import completion_logps, pair_batch
 
 # A DPO run on the quickstart's setting: pairs from the synthetic OVI-Train.
@@ -47,8 +45,8 @@ def test_the_lora_off_reference_is_the_base_model(adapter, pairs, tiny_checkpoin
     from trl.trainer.utils import add_fused_lm_head
 
     from models.loading import load_model
-    from train.dpo import PairCollator, PreferenceTrainer
     from train.modes import apply_peft
+    from train.preference import PairCollator, PreferenceTrainer
 
     batch = pair_batch(adapter, pairs[:2])
     untouched, _ = load_model(ModelConfig(name_or_path=str(tiny_checkpoint)))
@@ -84,7 +82,7 @@ def test_the_lora_off_reference_is_the_base_model(adapter, pairs, tiny_checkpoin
     ref_chosen, ref_rejected = trainer.compute_ref_log_probs(trainer.model, batch)
     reference = torch.cat([ref_chosen, ref_rejected])
     torch.testing.assert_close(reference, fused, rtol=1e-6, atol=1e-5)
-    # Our own scoring (a full log-softmax, eval/preference.py) agrees up to the fused head's tiling.
+    # Our own scoring (a full log-softmax: the ovi_pairs benchmark's) agrees up to the fused head's tiling.
     torch.testing.assert_close(reference, base_logps, rtol=2e-4, atol=0.0)
     policy = completion_logps(trainer.model, batch)
     assert (policy - base_logps).abs().max() > 0.1, "the adapter must matter for this test to mean anything"
@@ -100,34 +98,10 @@ def dpo_after_sft(preference_after_sft, tmp_path_factory):
     return cfg, result, root
 
 
-def check_preference_run(cfg, summary: dict, run_dir) -> list[dict]:
-    """What every preference stage run after SFT shows: the merged start model is its base; the baseline
-    and both checkpoints scored on the held-out pairs (reward metrics for the checkpoints only) and both
-    benchmarks; the report's section; the deltas logged; the adapter saved on the start model. Returns the
-    logged metrics."""
-    start = run_dir / "start_model"
-    assert (start / "config.json").exists() and cfg.model.name_or_path == str(start)
-    assert f"name_or_path: {start}" in (run_dir / "resolved_config.yaml").read_text()
-    preference = summary["preference"]
-    assert preference["beta"] == cfg.stage.beta
-    assert list(preference["models"]) == ["baseline", "checkpoint-2", "checkpoint-4"]
-    last = preference["models"]["checkpoint-4"]["overall"]
-    assert last["n"] == preference["n_pairs"] > 0
-    assert {"reward_accuracy", "margin", "delta"} <= last.keys()
-    assert "reward_accuracy" not in preference["models"]["baseline"]["overall"]
-    assert set(summary["benchmarks"]) == {"v2p", "ovi"}
-    assert "## Held-out preference pairs (OVIBench)" in (run_dir / "report.md").read_text()
-    logged = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert any("ovi_pairs/overall/accuracy/delta" in entry for entry in logged)
-    adapter = json.loads((run_dir / "final" / "adapter_config.json").read_text())
-    assert adapter["base_model_name_or_path"] == str(start)
-    return logged
-
-
 @pytest.mark.slow
 def test_dpo_after_sft_evaluates_baseline_and_checkpoints_with_preference_metrics(dpo_after_sft):
     cfg, result, root = dpo_after_sft
-    logged = check_preference_run(cfg, result.summary, root / "dpo")
+    logged = runs.check_preference_run(cfg, result.summary, root / "dpo")
     assert any("train/rewards/margins" in entry for entry in logged)  # TRL's own DPO metrics
 
 
@@ -140,9 +114,8 @@ def test_the_baseline_pairs_are_scored_on_the_sft_model(dpo_after_sft):
     from models.loading import load_model
 
     cfg, _, root = dpo_after_sft
-    records = [json.loads(line) for line in (root / "dpo" / "eval" / "baseline" / "ovi_pairs.jsonl").open()]
-    stored = {r["id"]: (r["chosen_logp"], r["rejected_logp"]) for r in records}
-    first = pairs_from_samples(load_ovibench(cfg.eval.ovi_root)).pairs[:2]
+    stored = _pair_logps(root / "dpo", "baseline")
+    first = pairs_from_samples(load_ovibench(cfg.eval.settings["ovi_pairs"].root)).pairs[:2]
     base_cfg = ModelConfig(name_or_path=str(root / "models" / "tiny-qwen2.5-vl"))
     base, processor = load_model(base_cfg)
     sft = PeftModel.from_pretrained(base, root / "sft" / "checkpoints" / "checkpoint-2")
@@ -156,8 +129,9 @@ def test_the_baseline_pairs_are_scored_on_the_sft_model(dpo_after_sft):
 
 
 def _pair_logps(run_dir, name: str) -> dict[str, tuple[float, float]]:
+    """The stored log-probabilities of each pair: (chosen, rejected)."""
     records = map(json.loads, (run_dir / "eval" / name / "ovi_pairs.jsonl").read_text().splitlines())
-    return {r["id"]: (r["chosen_logp"], r["rejected_logp"]) for r in records}
+    return {r["id"]: tuple(r["prediction"]) for r in records}
 
 
 @pytest.mark.slow
@@ -174,17 +148,19 @@ def test_the_watcher_and_python_m_eval_score_the_pairs_as_inline_evaluation_does
     shutil.copytree(
         root / "dpo", copy, ignore=shutil.ignore_patterns("ovi_pairs.jsonl", "models.json", "wandb")
     )
-    watched = watch(copy, device="cpu")
-    assert watched["preference"]["models"].keys() == result.summary["preference"]["models"].keys()
-    assert {"reward_accuracy", "margin"} <= watched["preference"]["models"]["checkpoint-4"]["overall"].keys()
+    watched = watch(copy, device="cpu")["benchmarks"]["ovi_pairs"]["metrics"]
+    inline_metrics = result.summary["benchmarks"]["ovi_pairs"]["metrics"]
+    assert watched["accuracy"]["checkpoints"].keys() == inline_metrics["accuracy"]["checkpoints"].keys()
+    assert {"checkpoint-2", "checkpoint-4"} <= watched["reward_accuracy"]["checkpoints"].keys()
+    assert watched["margin"]["baseline"] is None  # the reference has no reward against itself
     for name in ("baseline", "checkpoint-4"):
         inline, again = _pair_logps(root / "dpo", name), _pair_logps(copy, name)
         assert inline.keys() == again.keys() and inline
         assert all(again[i] == pytest.approx(inline[i], abs=1e-3) for i in inline)
 
     cfg = small_eval_config(tmp_path, "run_name=alone", f"checkpoint={copy / 'checkpoints' / 'checkpoint-4'}")
-    alone = run(cfg)["preference"]  # the run scored pairs, so its checkpoint's evaluation does
-    assert alone["beta"] is None and "reward_accuracy" not in alone["models"]["checkpoint-4"]["overall"]
+    alone = run(cfg)["benchmarks"]["ovi_pairs"]  # the run scored pairs, so its checkpoint's evaluation does
+    assert "reward_accuracy" not in alone["metrics"] and alone["metrics"]["accuracy"]["n"] > 0
     again = _pair_logps(tmp_path / "alone", "checkpoint-4")
     inline = _pair_logps(root / "dpo", "checkpoint-4")
     assert all(again[i] == pytest.approx(inline[i], abs=1e-3) for i in inline)
@@ -192,35 +168,34 @@ def test_the_watcher_and_python_m_eval_score_the_pairs_as_inline_evaluation_does
 
 @pytest.mark.slow
 def test_killed_dpo_run_resumes_with_equal_losses(tmp_path):
-    launch = resume.Launch([sys.executable], DPO_OVERRIDES, {})
-    step = resume._kill_step()
-    resume._train(tmp_path, "straight", launch)
-    resume._train_until_killed(tmp_path, "killed", f"checkpoint-{step}", launch)
-    output = resume._train(tmp_path, "killed", launch)
+    launch = runs.Launch([sys.executable], DPO_OVERRIDES, {})
+    step = runs.kill_step()
+    runs.train(tmp_path, "straight", launch)
+    runs.train_until_killed(tmp_path, "killed", f"checkpoint-{step}", launch)
+    output = runs.train(tmp_path, "killed", launch)
     assert "resuming from" in output
-    resume._check_equal_runs(tmp_path / "straight", tmp_path / "killed")
+    runs.check_equal_runs(tmp_path / "straight", tmp_path / "killed")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", [2, 3])
 def test_dpo_under_zero_on_two_processes(tmp_path, stage):
-    overrides = [f"trainer=zero{stage}" if o == "trainer=zero2" else o for o in resume.DEEPSPEED_OVERRIDES]
-    resume._train(
+    overrides = [f"trainer=zero{stage}" if o == "trainer=zero2" else o for o in runs.DEEPSPEED_OVERRIDES]
+    runs.train(
         tmp_path,
         "zero",
-        resume.Launch(resume.DEEPSPEED_LAUNCH, overrides + DPO_OVERRIDES, resume.DEEPSPEED_ENV),
+        runs.Launch(runs.DEEPSPEED_LAUNCH, overrides + DPO_OVERRIDES, runs.DEEPSPEED_ENV),
     )
     run_dir = tmp_path / "zero"
     assert json.loads((run_dir / "deepspeed.json").read_text())["zero_optimization"]["stage"] == stage
-    last = run_dir / "checkpoints" / f"checkpoint-{resume.MAX_STEPS}"
-    state = json.loads((last / "trainer_state.json").read_text())
-    margins = [entry["rewards/margins"] for entry in state["log_history"] if "rewards/margins" in entry]
-    assert len(margins) == resume.MAX_STEPS and torch.isfinite(torch.tensor(margins)).all()
+    last = run_dir / "checkpoints" / f"checkpoint-{runs.MAX_STEPS}"
+    margins = runs.logged(last, "rewards/margins")
+    assert len(margins) == runs.MAX_STEPS and torch.isfinite(torch.tensor(margins)).all()
     assert (run_dir / "final" / "adapter_model.safetensors").exists()
 
 
 def test_full_fine_tuning_gets_a_frozen_reference_and_lora_none(compose, tiny_checkpoint):
-    from train.dpo import reference_model
+    from train.preference import reference_model
 
     cfg = compose("train", "+exp=quickstart_dpo", f"model.name_or_path={tiny_checkpoint}", "peft=full")
     assert reference_model(cfg, peft_model=True) is None
@@ -231,53 +206,52 @@ def test_full_fine_tuning_gets_a_frozen_reference_and_lora_none(compose, tiny_ch
 def test_start_from_must_be_a_checkpoint_directory(compose, tmp_path):
     from core.errors import ConfigError
     from core.rundir import RunDir
-    from train.dpo import resolve_start
+    from train.preference import with_start_model
 
     cfg = compose("train", "+exp=quickstart_dpo", f"stage.start_from={tmp_path / 'missing'}")
     with pytest.raises(ConfigError, match="stage.start_from"):
-        resolve_start(cfg, RunDir(tmp_path / "run"))
+        with_start_model(cfg, RunDir(tmp_path / "run"))
     full = tmp_path / "full"
     full.mkdir()  # a full checkpoint (no adapter_config.json) is used as it is
-    cfg.stage.start_from = str(full)
-    resolve_start(cfg, RunDir(tmp_path / "run"))
-    assert cfg.model.name_or_path == str(full) and not cfg.model.tiny
+    cfg = compose("train", "+exp=quickstart_dpo", f"stage.start_from={full}")
+    started = with_start_model(cfg, RunDir(tmp_path / "run"))
+    assert started.model.name_or_path == str(full) and not started.model.tiny
+    assert cfg.model.name_or_path != str(full), "the given config is left as it is"
 
 
 def test_pair_forms_select_the_training_pairs(compose, synthetic_build, tmp_path):
     from core.errors import ConfigError
+    from core.run import Run
     from core.rundir import RunDir
-    from train.dpo import preference_dataset
+    from train.preference import training_pairs
 
-    cfg = compose(
-        "train", "+exp=quickstart_dpo", f"data.train=[{synthetic_build.ovi_train}]", "stage.pair_forms=[mcq]"
-    )
-    chat = VideoChatAdapter.__new__(VideoChatAdapter)
-    chat.follow_on = True
     cache = FrameCache(tmp_path / "cache")
-    cfg.media = MediaSpec(num_frames=4)
-    rows = preference_dataset(cfg, chat, cache, RunDir(tmp_path / "run"))
-    assert len(rows) > 0 and all(json.loads(meta)["format"] == "mcq" for meta in rows["meta"])
-    cfg.stage.pair_forms = ["letters"]
+    for forms, wanted in (("[mcq]", {"mcq"}), ("[open,mcq]", {"mcq", "open"})):
+        cfg = compose(
+            "train", "+exp=quickstart_dpo", f"data.train=[{synthetic_build.ovi_train}]",
+            f"stage.pair_forms={forms}", "media.num_frames=4",
+        )  # fmt: skip
+        pairs = training_pairs(Run(cfg, RunDir(tmp_path / "run")), cache).rows
+        assert pairs and {pair.sample.meta["format"] for pair in pairs} == wanted
+    cfg = compose(
+        "train", "+exp=quickstart_dpo", f"data.train=[{synthetic_build.ovi_train}]", "stage.pair_forms=[]"
+    )
     with pytest.raises(ConfigError, match="stage.pair_forms"):
-        preference_dataset(cfg, chat, cache, RunDir(tmp_path / "run"))
+        training_pairs(Run(cfg, RunDir(tmp_path / "run")), cache)
 
 
 def test_data_weights_mix_the_pair_datasets(compose, synthetic_build, tmp_path):
+    from core.run import Run
     from core.rundir import RunDir
-    from train.dpo import training_pairs
+    from train.preference import training_pairs
 
     ovi = synthetic_build.ovi_train
     cfg = compose(
         "train", "+exp=quickstart_dpo", f"data.train=[{ovi},{ovi}]", "data.weights=[1,3]",
-        "stage.pair_forms=[open]",
+        "stage.pair_forms=[open]", "media.num_frames=4",
     )  # fmt: skip
-    chat = VideoChatAdapter.__new__(VideoChatAdapter)
-    chat.follow_on = True
-    cfg.media = MediaSpec(num_frames=4)
-    run_dir = RunDir(tmp_path / "run")
-    run_dir.path.mkdir()
-    pairs = training_pairs(cfg, chat, FrameCache(tmp_path / "cache"), run_dir)
-    mix = json.loads(run_dir.data_mix_file.read_text())
+    drawn = training_pairs(Run(cfg, RunDir(tmp_path / "run")), FrameCache(tmp_path / "cache"))
+    pairs, mix = drawn.rows, drawn.mix  # the recipe writes the mix to data_mix.json
     first, second = mix["datasets"]
     assert first["pairs"] == second["pairs"] > 0 and second["drawn"] == second["pairs"]  # the 3/4 share
     assert first["drawn"] == round(second["pairs"] / 3)  # runs out last: a seeded quarter-size draw

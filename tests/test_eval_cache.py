@@ -26,6 +26,7 @@ def base_and_adapters(synthetic_build, tiny_checkpoint, tmp_path_factory):
     from peft import LoraConfig, get_peft_model
 
     from core.config import EvalConfig, ModelConfig
+    from eval.benchmarks.v2p import V2PSettings
     from models.loading import load_model
 
     adapters = tmp_path_factory.mktemp("adapters")
@@ -34,14 +35,8 @@ def base_and_adapters(synthetic_build, tiny_checkpoint, tmp_path_factory):
         model, _ = load_model(ModelConfig(name_or_path=str(tiny_checkpoint)))
         lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
         get_peft_model(model, lora).save_pretrained(adapters / f"adapter-{seed}")
-    cfg = EvalConfig(
-        benchmarks=["v2p"],
-        v2p_root=str(synthetic_build.v2p_bench),
-        limit=3,
-        batch_size=1,
-        max_new_tokens=3,
-        bootstrap_resamples=20,
-    )
+    v2p = V2PSettings(root=str(synthetic_build.v2p_bench), max_new_tokens=3)
+    cfg = EvalConfig(benchmarks=["v2p"], settings={"v2p": v2p}, limit=3, batch_size=1, bootstrap_resamples=20)
     return str(tiny_checkpoint), adapters, cfg
 
 
@@ -59,13 +54,16 @@ def _evaluate(cfg, run_dir: Path, weights: Weights, media=None, kill_after: int 
     """
     from peft import PeftModel
 
-    import eval.generation
+    import eval.predictor
     from core.config import EvalRunConfig, ModelConfig
     from core.decoding import MediaSpec
     from core.media import FrameCache
     from core.metric_logging import NullLogger
+    from core.run import Run
     from core.rundir import RunDir
+    from eval.benchmarks import resolve_settings
     from eval.evaluation import Evaluation
+    from eval.predictor import InProcess
     from models.chat import make_adapter
     from models.loading import load_model
 
@@ -73,10 +71,12 @@ def _evaluate(cfg, run_dir: Path, weights: Weights, media=None, kill_after: int 
     model, processor = load_model(ModelConfig(name_or_path=weights.base))
     if weights.checkpoint:
         model = PeftModel.from_pretrained(model, weights.checkpoint)
-    run_cfg = EvalRunConfig(model=ModelConfig(name_or_path=weights.base), media=media, eval=cfg)
-    evaluation = Evaluation(run_cfg, RunDir(run_dir), NullLogger(), FrameCache(None))
+    run_cfg = EvalRunConfig(
+        model=ModelConfig(name_or_path=weights.base), media=media, eval=resolve_settings(cfg)
+    )
+    evaluation = Evaluation(Run(run_cfg, RunDir(run_dir)), NullLogger(), FrameCache(None))
     generated = []
-    real_generate = eval.generation.generate
+    real_generate = eval.predictor.generate
 
     def counting_generate(model, chat, samples, max_new_tokens):
         if kill_after is not None and len(generated) == kill_after:
@@ -84,12 +84,12 @@ def _evaluate(cfg, run_dir: Path, weights: Weights, media=None, kill_after: int 
         generated.extend(s.id for s in samples)
         return real_generate(model, chat, samples, max_new_tokens)
 
-    eval.generation.generate = counting_generate
+    eval.predictor.generate = counting_generate
     try:
-        chat = make_adapter("qwen2_5_vl", processor, media, FrameCache(None))
-        summary = evaluation.evaluate(model, chat, "checkpoint-2", step=2, checkpoint=weights.checkpoint)
+        predictor = InProcess(model, make_adapter("qwen2_5_vl", processor, media, FrameCache(None)))
+        summary = evaluation.evaluate(predictor, "checkpoint-2", step=2, checkpoint=weights.checkpoint)
     finally:
-        eval.generation.generate = real_generate
+        eval.predictor.generate = real_generate
     return _records(run_dir), len(generated), summary
 
 

@@ -31,7 +31,7 @@ def test_corrupt_video_is_quarantined_and_counted(v2p_copy, small_eval_config, t
     cfg = small_eval_config(
         tmp_path,
         f"model.name_or_path={tiny_checkpoint}",
-        f"eval.v2p_root={v2p_copy}",
+        f"eval.settings.v2p.root={v2p_copy}",
         "eval.benchmarks=[v2p]",
     )
     summary = run(cfg)
@@ -60,7 +60,7 @@ def test_malformed_row_is_named_with_file_and_line_without_traceback(
             f"output_root={tmp_path}",
             "data.build_synthetic=false",
             f"model.name_or_path={tiny_checkpoint}",
-            f"eval.v2p_root={v2p_copy}",
+            f"eval.settings.v2p.root={v2p_copy}",
             "eval.benchmarks=[v2p]",
             "logger.wandb=false",
         ],

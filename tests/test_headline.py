@@ -56,29 +56,22 @@ def test_a_run_that_evaluated_nothing_says_so():
     )
 
 
-def test_held_out_preference_pairs_follow_overall_then_per_type():
-    def group(accuracy, n, delta=None):
-        entry = {"n": n, "accuracy": accuracy}
-        return entry | (
-            {"delta": {"delta": delta, "ci_low": delta - 0.05, "ci_high": delta + 0.05}} if delta else {}
-        )
-
+def test_held_out_preference_pairs_print_overall_then_per_type_and_a_served_run_says_they_are_not_scored():
     summary = {
         "baseline": {"name": "baseline", "step": 0},
         "checkpoints": [{"name": "checkpoint-9", "step": 9}],
-        "benchmarks": {"v2p": {"metrics": {"accuracy": _metric(0.25, 0.5, 0.25, 0.125, 0.375)}}},
-        "preference": {
-            "n_pairs": 10,
-            "models": {
-                "baseline": {"overall": group(0.5, 10), "Cancellation": group(0.25, 4)},
-                "checkpoint-9": {"overall": group(0.6, 10, 0.1), "Cancellation": group(0.75, 4, 0.5)},
-            },
+        "benchmarks": {
+            "ovi_pairs": {
+                "metrics": {
+                    "accuracy": _metric(0.5, 0.6, 0.1, 0.05, 0.15, n=10),
+                    "accuracy/type/Cancellation": _metric(0.25, 0.75, 0.5, 0.45, 0.55, n=4),
+                }
+            }
         },
     }
-    lines = headline(summary).splitlines()
-    assert lines[-2:] == [
-        "  preference pairs overall: 50.0% -> 60.0%  delta +10.0 [+5.0, +15.0] (95% CI) (n=10)",
-        "  preference pairs Cancellation: 25.0% -> 75.0%  delta +50.0 [+45.0, +55.0] (95% CI) (n=4)",
+    assert headline(summary).splitlines()[1:] == [
+        "  ovi_pairs accuracy: 50.0% -> 60.0%  delta +10.0 points, 95% CI [+5.0, +15.0]",
+        "  ovi_pairs accuracy/type/Cancellation: 25.0% -> 75.0%  delta +50.0 points, 95% CI [+45.0, +55.0]",
     ]
-    served = {**summary, "preference": {"not_scored": "served"}}
-    assert headline(served).splitlines()[-1] == "  preference pairs: not scored (served)"
+    served = {**summary, "benchmarks": {"ovi_pairs": {"metrics": {}, "not_scored": "served"}}}
+    assert headline(served).splitlines()[1:] == ["  ovi_pairs: NOT SCORED: served"]

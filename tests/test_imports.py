@@ -6,7 +6,7 @@ ones inside functions included:
 - data_builders (the builders) imports core only;
 - models (loading, the chat adapter, towers) imports core and data_builders;
 - eval imports data_builders, core and models, never train;
-- train reaches eval through its one public entry, eval.evaluation;
+- train reaches eval through its public entries only: eval.evaluation, eval.run_models, eval.benchmarks;
 - launch composes commands: it imports core only (the config schema, file helpers), never torch;
 - no module imports a private name (``_name``) from another package.
 """
@@ -17,8 +17,8 @@ import ast
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("core", "data_builders", "models", "eval", "train", "launch")
 # package -> the project packages it may import (its own is always allowed).
 MAY_IMPORT = {
@@ -30,7 +30,9 @@ MAY_IMPORT = {
     "launch": {"core"},
 }
 # Where a package may reach into another only through given modules.
-ONLY_THROUGH = {("train", "eval"): {"eval.evaluation"}}
+# train: the evaluation, the run's models (assembled once for training and evaluation alike) and the benchmark
+# registry (whose settings dataclasses type the config).
+ONLY_THROUGH = {("train", "eval"): {"eval.evaluation", "eval.run_models", "eval.benchmarks"}}
 
 
 def imports(package: str) -> list[tuple[Path, int, str, list[str]]]:
@@ -89,3 +91,30 @@ def test_the_rules_see_every_package():
     """A new top-level package must be given a floor here before it can be imported by the others."""
     found = {p.parent.name for p in REPO.glob("*/__init__.py") if p.parent.name not in ("tests", "bench")}
     assert found == set(PACKAGES)
+
+
+def _assigned_attributes(package: str) -> list[tuple[Path, int, str]]:
+    """``(file, line, 'cfg.a.b')`` of every assignment into an attribute of a name called cfg, config or
+    run, the ones inside functions included."""
+    found = []
+    for path in sorted((REPO / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            if isinstance(node, ast.AugAssign | ast.AnnAssign):
+                targets = [node.target]
+            for target in (t for tgt in targets for t in getattr(tgt, "elts", [tgt])):
+                chain = []
+                while isinstance(target, ast.Attribute):
+                    chain.append(target.attr)
+                    target = target.value
+                if chain and isinstance(target, ast.Name) and target.id in ("cfg", "config", "run"):
+                    found.append((path, node.lineno, ".".join([target.id, *reversed(chain)])))
+    return found
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_module_rewrites_a_config_in_place(package):
+    """A run is resolved once (``resolve(cfg) -> Run`` per entry point, returning new configs); nothing
+    assigns into a config afterwards, so every function sees the config its entry point resolved."""
+    wrong = [f"{_where(path, line)} assigns {target}" for path, line, target in _assigned_attributes(package)]
+    assert not wrong, "\n".join(wrong)

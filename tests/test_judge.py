@@ -10,10 +10,9 @@ import time
 from collections import deque
 
 import pytest
-from fake_openai import ChatServer, completion, error_body
+from fake_openai import ChatServer, completion, endpoint_settings, error_body
 
 from core.text_models import (
-    EndpointConfig,
     EndpointTextModel,
     LocalTextModel,
     TextModelConfig,
@@ -41,7 +40,6 @@ TIMEOUT_S = 0.2
 
 def _scripted(server: ChatServer, handler, body: dict) -> tuple[int, bytes]:
     """The next scripted action: ("reply", text), ("status", code) or ("sleep", seconds)."""
-    server.requests.append({"path": handler.path, "headers": dict(handler.headers), "body": body})
     kind, arg = server.script.popleft() if server.script else ("reply", '{"score": 5, "reason": "ok"}')
     if kind == "sleep":
         time.sleep(arg)  # longer than the client's timeout: the client gives up first
@@ -53,18 +51,19 @@ def _scripted(server: ChatServer, handler, body: dict) -> tuple[int, bytes]:
 
 @pytest.fixture
 def server(chat_server, monkeypatch):
-    """A local server on a free port, scripted by the test; it is shut down when the test ends."""
+    """A local server on a free port, scripted by the test, keeping every request's path, headers and body;
+    it is shut down when the test ends."""
     monkeypatch.setenv(KEY_ENV, KEY)
     httpd = chat_server(lambda handler, body: _scripted(httpd, handler, body))
-    httpd.script, httpd.requests = deque(), []
+    httpd.script = deque()
     return httpd
 
 
 def _backend(server, model: str = "judge-model", sleep=time.sleep, **overrides) -> EndpointTextModel:
     """The judge's text model behind the scripted server, as ``judge=endpoint`` builds it."""
     settings = {"api_key_env": KEY_ENV, "timeout_s": TIMEOUT_S, "max_retries": 2, "backoff_s": 0.01}
-    endpoint = EndpointConfig(base_url=server.url, **{**settings, **overrides})
-    return EndpointTextModel(TextModelConfig("endpoint", model, endpoint=endpoint), sleep=sleep)
+    config = TextModelConfig(**endpoint_settings(server.url, model, **{**settings, **overrides}))
+    return EndpointTextModel(config, sleep=sleep)
 
 
 def _item(kind: str = "Correction", tag: str = "Q1", **overrides) -> dict:
@@ -309,8 +308,9 @@ def test_judge_record_scores_only_what_was_judged(server):
 
 @pytest.mark.slow  # a real server (tests/real_server.py), started once per session
 def test_judge_record_follows_the_type_and_skips_mcq(served_json_model):
-    endpoint = EndpointConfig(base_url=served_json_model.base_url, timeout_s=60.0, max_retries=0)
-    backend = EndpointTextModel(TextModelConfig("endpoint", served_json_model.model, endpoint=endpoint))
+    url, model = served_json_model.base_url, served_json_model.model
+    served = endpoint_settings(url, model, timeout_s=60.0, max_retries=0)
+    backend = EndpointTextModel(TextModelConfig(**served))
     result = Judge(backend).judge_record(_record("Cancellation"), ["iac", "tfs"])
     assert sorted(result.scores) == ["iac", "tfs"] and result.n_unjudged == 0
     assert backend.n_requests == 2

@@ -10,11 +10,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from fake_openai import ChatServer, completion, error_body
+from fake_openai import ChatServer, completion, endpoint_settings, error_body
 
 from core.config import JudgeConfig
 from core.errors import ConfigError
-from core.text_models import EndpointConfig
 from data_builders.ovi_format import load_ovibench, ovi_row_to_sample
 from eval.benchmarks.ovi import OVI
 from eval.judge import item_from_record
@@ -50,13 +49,17 @@ def _type_of(prompt: str) -> str | None:
     return next((kind for kind in kinds if f"({kind}):" in prompt), None)
 
 
+def _judge_request(handler, body: dict) -> dict:
+    """What the tests check of a request: the metric and type its prompt asks about, its key."""
+    prompt, auth = body["messages"][0]["content"], handler.headers.get("Authorization")
+    return {"metric": _metric_of(prompt), "type": _type_of(prompt), "auth": auth}
+
+
 def _judge_reply(server: ChatServer, handler, body: dict) -> tuple[int, bytes]:
     """A score for every metric (and "Correction" for every classification); while not ``healthy``,
     FAILING_METRIC gets HTTP 500 and MALFORMED prose."""
     prompt = body["messages"][0]["content"]
     metric, kind = _metric_of(prompt), _type_of(prompt)
-    with server.lock:
-        server.requests.append({"metric": metric, "type": kind, "auth": handler.headers.get("Authorization")})
     if METRICS[metric].classes:
         return 200, completion(json.dumps({"class": "Correction", "reason": "scripted"}))
     if metric == FAILING_METRIC and not server.healthy:
@@ -70,8 +73,8 @@ def _judge_reply(server: ChatServer, handler, body: dict) -> tuple[int, bytes]:
 @pytest.fixture
 def judge_server(chat_server, monkeypatch):
     monkeypatch.setenv(KEY_ENV, KEY)
-    httpd = chat_server(lambda handler, body: _judge_reply(httpd, handler, body))
-    httpd.requests, httpd.healthy = [], False
+    httpd = chat_server(lambda handler, body: _judge_reply(httpd, handler, body), _judge_request)
+    httpd.healthy = False
     return httpd
 
 
@@ -94,21 +97,17 @@ def test_ovi_meta_carries_what_the_judge_needs(synthetic_build):
     assert "visual_evidence" not in ovi_row_to_sample(undescribed, synthetic_build.ovibench).meta
 
 
-def _endpoint(url: str, **settings) -> EndpointConfig:
-    return EndpointConfig(base_url=url, **settings)
-
-
 def test_make_judge_from_config(tmp_path):
     assert make_judge(JudgeConfig(), tmp_path) is None
-    judge = make_judge(JudgeConfig("endpoint", "m", endpoint=_endpoint("http://127.0.0.1:9/v1")), tmp_path)
+    judge = make_judge(JudgeConfig(**endpoint_settings("http://127.0.0.1:9/v1")), tmp_path)
     assert judge.identity == "endpoint:m|temperature=0.0|max_tokens=256"
     assert judge._cache.store.path == tmp_path / "eval" / "judge_cache.jsonl"
     for bad, message in (
         (JudgeConfig("endpoint", "m"), "judge.endpoint.base_url"),
-        (JudgeConfig("endpoint", "m", endpoint=_endpoint("127.0.0.1:8000")), "http"),
+        (JudgeConfig(**endpoint_settings("127.0.0.1:8000")), "http"),
         (JudgeConfig("local"), "judge.model"),
         (JudgeConfig("gpt"), "judge.backend"),
-        (JudgeConfig("endpoint", "m", endpoint=_endpoint("http://x/v1"), metrics=["tfs", "xyz"]), "xyz"),
+        (JudgeConfig(**endpoint_settings("http://x/v1"), metrics=["tfs", "xyz"]), "xyz"),
     ):
         with pytest.raises(ConfigError, match=message):
             make_judge(bad, tmp_path)
@@ -117,7 +116,7 @@ def test_make_judge_from_config(tmp_path):
 def test_a_dead_judge_is_given_up_on_and_its_items_stay_unjudged(tmp_path, monkeypatch):
     for name in ("NO_PROXY", "no_proxy"):
         monkeypatch.setenv(name, "127.0.0.1,localhost")
-    dead = JudgeConfig("endpoint", "m", endpoint=_endpoint("http://127.0.0.1:1/v1", max_retries=0))
+    dead = JudgeConfig(**endpoint_settings("http://127.0.0.1:1/v1", max_retries=0))
     judging = Judging(make_judge(dead, tmp_path), dead)
     meta = {
         "format": "open",
@@ -222,9 +221,9 @@ def _eval_cfg(small_eval_config, tmp_path, tiny_checkpoint, synthetic_build, *ov
     return small_eval_config(
         tmp_path,
         f"model.name_or_path={tiny_checkpoint}",
-        f"eval.ovi_root={synthetic_build.ovibench}",
+        f"eval.settings.ovi.root={synthetic_build.ovibench}",
         "eval.benchmarks=[ovi]",
-        "eval.max_new_tokens_open=8",
+        "eval.settings.ovi.max_new_tokens_open=8",
         "eval.bootstrap_resamples=200",
         *overrides,
     )
@@ -329,7 +328,7 @@ def test_training_with_a_judge_ends_with_judged_ovi_metrics(
 ):
     """Inline evaluation gets the run's judge like the watcher and ``python -m eval`` do: the whole config.
     The judge is a real server (tests/real_server.py) of a model tuned to reply a score of 1."""
-    from train.recipe import run
+    from train.recipe import train
 
     served = served_json_model
     cfg = small_train_config(
@@ -337,10 +336,10 @@ def test_training_with_a_judge_ends_with_judged_ovi_metrics(
         f"model.name_or_path={tiny_checkpoint}",
         "data.build_synthetic=false",
         f"data.train=[{synthetic_build.ovi_train}]",
-        f"eval.ovi_root={synthetic_build.ovibench}",
+        f"eval.settings.ovi.root={synthetic_build.ovibench}",
         "eval.benchmarks=[ovi]",
         "eval.limit=8",
-        "eval.max_new_tokens_open=8",
+        "eval.settings.ovi.max_new_tokens_open=8",
         "trainer.max_steps=3",
         "logger.wandb=false",
         "judge=endpoint",
@@ -350,7 +349,7 @@ def test_training_with_a_judge_ends_with_judged_ovi_metrics(
         "judge.endpoint.timeout_s=60",
         "judge.endpoint.max_retries=0",
     )
-    summary = run(cfg).summary
+    summary = train(cfg).summary
     assert summary["judge"]["identity"].startswith(f"endpoint:{served.model}|")
     ovi = summary["benchmarks"]["ovi"]
     assert ovi["n_unjudged"] == 0

@@ -11,11 +11,10 @@ import json
 import sys
 
 import pytest
-import test_resume as resume
+import runs
 import torch
-from test_dpo import check_preference_run
 
-from core.config import ModelConfig, PeftConfig, StageConfig, TrainerConfig
+from core.config import ModelConfig, PeftConfig, TrainConfig, TrainerConfig
 from data_builders.preferences import unpaired, with_reaction
 from models.pairs import completion_batch, completion_logps, unpaired_batch
 
@@ -100,9 +99,12 @@ def test_kl_rows_are_each_prompt_with_the_previous_rows_reaction_and_the_same_vi
 def test_the_lora_off_reference_is_the_base_model(adapter, pairs, tiny_checkpoint, tmp_path, monkeypatch):
     import datasets
 
+    from core.run import Run
+    from core.rundir import RunDir
     from models.loading import load_model
-    from train.kto import UnpairedCollator, UnpairedTrainer, kto_arguments
+    from train.data import TrainingSet
     from train.modes import apply_peft
+    from train.preference import UnpairedCollator, UnpairedTrainer, kto_arguments
     from train.recipe import training_arguments
 
     reactions = _mixed(unpaired(pairs), 2)  # one right, one wrong: TRL's metrics are then per row
@@ -115,7 +117,9 @@ def test_the_lora_off_reference_is_the_base_model(adapter, pairs, tiny_checkpoin
             if "lora_B" in name:
                 param.normal_(0.0, 0.5)
     trainer_cfg = TrainerConfig(batch_size=2)
-    arguments_class, kto_kwargs = kto_arguments(StageConfig(), trainer_cfg)  # the recipe's, on the CPU
+    run = Run(TrainConfig(trainer=trainer_cfg), RunDir(tmp_path))
+    rows = TrainingSet(unpaired(pairs), [], {})
+    arguments_class, kto_kwargs = kto_arguments(run, rows)  # the recipe's, on the CPU
     args = training_arguments(trainer_cfg, tmp_path, None, arguments_class, **kto_kwargs, use_cpu=True)
     trainer = UnpairedTrainer(
         model=model,
@@ -165,42 +169,39 @@ def kto_after_sft(preference_after_sft, tmp_path_factory):
 @pytest.mark.slow
 def test_kto_after_sft_evaluates_baseline_and_checkpoints_with_preference_metrics(kto_after_sft):
     cfg, result, root = kto_after_sft
-    logged = check_preference_run(cfg, result.summary, root / "kto")
+    logged = runs.check_preference_run(cfg, result.summary, root / "kto")
     assert sum("train/kl" in entry for entry in logged) == 4  # TRL's own KTO metrics, every step
 
 
 @pytest.mark.slow
 def test_killed_kto_run_resumes_with_equal_losses(tmp_path):
-    resume._check_resume_after_kill(tmp_path, resume.Launch([sys.executable], KTO_OVERRIDES, {}))
+    runs.check_resume_after_kill(tmp_path, runs.Launch([sys.executable], KTO_OVERRIDES, {}))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", [2, 3])
 def test_kto_under_zero_on_two_processes(tmp_path, stage):
-    overrides = [f"trainer=zero{stage}" if o == "trainer=zero2" else o for o in resume.DEEPSPEED_OVERRIDES]
-    launch = resume.Launch(resume.DEEPSPEED_LAUNCH, overrides + KTO_OVERRIDES, resume.DEEPSPEED_ENV)
-    resume._train(tmp_path, "zero", launch)
+    overrides = [f"trainer=zero{stage}" if o == "trainer=zero2" else o for o in runs.DEEPSPEED_OVERRIDES]
+    launch = runs.Launch(runs.DEEPSPEED_LAUNCH, overrides + KTO_OVERRIDES, runs.DEEPSPEED_ENV)
+    runs.train(tmp_path, "zero", launch)
     run_dir = tmp_path / "zero"
     assert json.loads((run_dir / "deepspeed.json").read_text())["zero_optimization"]["stage"] == stage
-    last = run_dir / "checkpoints" / f"checkpoint-{resume.MAX_STEPS}"
-    state = json.loads((last / "trainer_state.json").read_text())
-    kl = [entry["kl"] for entry in state["log_history"] if "kl" in entry]
-    losses = [entry["loss"] for entry in state["log_history"] if "loss" in entry]
-    assert len(kl) == len(losses) == resume.MAX_STEPS and torch.isfinite(torch.tensor(kl + losses)).all()
+    last = run_dir / "checkpoints" / f"checkpoint-{runs.MAX_STEPS}"
+    kl, losses = runs.logged(last, "kl"), runs.logged(last)
+    assert len(kl) == len(losses) == runs.MAX_STEPS and torch.isfinite(torch.tensor(kl + losses)).all()
     assert (run_dir / "final" / "adapter_model.safetensors").exists()
 
 
 @pytest.mark.slow
 def test_kto_under_full_fine_tuning_trains_against_a_frozen_reference(small_train_config, tmp_path):
-    from train.recipe import run
+    from train.recipe import train
 
     cfg = small_train_config(
         tmp_path, "run_name=full", "peft=full", "trainer.max_steps=2", "trainer.save_steps=2",
         "trainer.batch_size=2", "trainer.logging_steps=1", "eval=none", *KTO_OVERRIDES,
     )  # fmt: skip
-    trained = run(cfg).model
-    state = tmp_path / "full" / "checkpoints" / "checkpoint-2" / "trainer_state.json"
-    logged = [entry for entry in json.loads(state.read_text())["log_history"] if "kl" in entry]
+    trained = train(cfg).model
+    logged = runs.log_entries(tmp_path / "full" / "checkpoints" / "checkpoint-2", "kl")
     assert len(logged) == 2 and all(torch.isfinite(torch.tensor([e["loss"], e["kl"]])).all() for e in logged)
     # The reward is beta x the log-ratio to the reference: zero before the first update, then not, as the
     # policy leaves the frozen copy behind.

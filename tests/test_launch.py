@@ -6,12 +6,11 @@ import shlex
 import subprocess
 import sys
 from datetime import datetime
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
+from paths import REPO
 
 import launch.__main__ as launch_main
 from core.errors import ConfigError
@@ -24,15 +23,17 @@ from launch.config import (
     register_configs,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 LAUNCHERS = sorted(p.stem for p in (CONF_DIR / "launcher").glob("*.yaml"))
 USER = [
     "+exp=ovi_lora",
     "trainer.max_steps=500",
-    "eval.v2p_root=/data/V2P Bench",
-    "eval.ovi_root=${oc.env:OVI}",
+    "eval.settings.v2p.root=/data/V2P Bench",
+    "eval.settings.ovi.root=${oc.env:OVI}",
 ]
-QUOTED = "+exp=ovi_lora trainer.max_steps=500 'eval.v2p_root=/data/V2P Bench' 'eval.ovi_root=${oc.env:OVI}'"
+QUOTED = (
+    "+exp=ovi_lora trainer.max_steps=500 'eval.settings.v2p.root=/data/V2P Bench' "
+    "'eval.settings.ovi.root=${oc.env:OVI}'"
+)
 
 TORCHRUN_2X8 = f"""\
 # Run on each of the 2 nodes, with MASTER_ADDR set to the first node's address:
@@ -64,7 +65,7 @@ srun torchrun --nnodes "$SLURM_NNODES" --nproc_per_node 8 --rdzv_backend c10d \
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "launch", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "launch", *args], cwd=REPO, capture_output=True, text=True, timeout=120
     )
 
 
@@ -135,7 +136,7 @@ def test_user_run_name_is_resolved_once_and_passed_once():
 
 def test_launch_never_imports_torch():
     code = "import sys, launch.__main__, launch.commands; assert 'torch' not in sys.modules"
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 
@@ -223,10 +224,9 @@ def test_commands_parse_with_the_real_torchrun_and_deepspeed():
     assert args.user_args == [*USER, "run_name=ovi_lora_2x8"]
 
 
-def test_launch_schema_is_its_own_primary_config():
+def test_launch_schema_is_its_own_primary_config(compose):
     register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        cfg = compose("launch")
+    cfg = compose("launch", typed=False)
     assert isinstance(OmegaConf.to_object(cfg), LaunchConfig) and set(cfg) == {"launcher"}
 
 
@@ -239,11 +239,8 @@ def test_sweep_run_names_give_every_job_its_own_run_dir():
     assert dirs == {"outputs/ovi_lr0.0001", "outputs/ovi_lr0.0002"}
 
 
-def test_submitit_sweep_config_composes():
+def test_submitit_sweep_config_composes(compose):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    import core.config
-
-    core.config.register_configs()
     overrides = [
         "hydra/launcher=submitit_slurm",
         "hydra.launcher.partition=gpu",
@@ -255,8 +252,7 @@ def test_submitit_sweep_config_composes():
         "+exp=ovi_lora",
         "run_name=ovi_lr${trainer.lr}",
     ]
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    cfg = compose("train", *overrides, typed=False, return_hydra_config=True)
     assert cfg.hydra.launcher.gpus_per_node == 1 and "launcher" not in cfg
 
 

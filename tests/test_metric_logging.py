@@ -116,27 +116,26 @@ def test_evaluation_goes_on_when_wandb_rejects_its_logs(
     from core.config import EvalConfig, EvalRunConfig, ModelConfig
     from core.decoding import MediaSpec
     from core.media import FrameCache
+    from core.run import Run
     from core.rundir import RunDir
+    from eval.benchmarks import resolve_settings
+    from eval.benchmarks.v2p import V2PSettings
     from eval.evaluation import Evaluation
+    from eval.predictor import InProcess
     from models.chat import make_adapter
     from models.loading import load_model
 
     model, processor = load_model(ModelConfig(name_or_path=str(tiny_checkpoint)))
-    cfg = EvalConfig(
-        benchmarks=["v2p"],
-        v2p_root=str(synthetic_build.v2p_bench),
-        limit=2,
-        max_new_tokens=2,
-        bootstrap_resamples=20,
-    )
+    v2p = V2PSettings(root=str(synthetic_build.v2p_bench), max_new_tokens=2)
+    cfg = EvalConfig(benchmarks=["v2p"], settings={"v2p": v2p}, limit=2, bootstrap_resamples=20)
     run = FakeRun(failing=("log",))
     logger = _logger(tmp_path, monkeypatch, run)
-    run_cfg = EvalRunConfig(model=ModelConfig(name_or_path=str(tiny_checkpoint)), eval=cfg)
-    evaluation = Evaluation(run_cfg, RunDir(tmp_path), logger, FrameCache(None))
-    chat = make_adapter("qwen2_5_vl", processor, MediaSpec(), FrameCache(None))
+    run_cfg = EvalRunConfig(model=ModelConfig(name_or_path=str(tiny_checkpoint)), eval=resolve_settings(cfg))
+    evaluation = Evaluation(Run(run_cfg, RunDir(tmp_path)), logger, FrameCache(None))
+    predictor = InProcess(model, make_adapter("qwen2_5_vl", processor, MediaSpec(), FrameCache(None)))
     with pytest.warns(UserWarning, match="W&B log failed"):
-        evaluation.evaluate(model, chat, "baseline", step=0)
-    summary = evaluation.evaluate(model, chat, "checkpoint-2", step=2)  # the next model too
+        evaluation.evaluate(predictor, "baseline", step=0)
+    summary = evaluation.evaluate(predictor, "checkpoint-2", step=2)  # the next model too
 
     point = summary["benchmarks"]["v2p"]["metrics"]["accuracy"]["checkpoints"]["checkpoint-2"]
     kept = {row[STEP_KEY]: row for row in _metrics(tmp_path)}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import CONF
 from PIL import Image
 
 from core.config import ModelConfig
@@ -19,7 +20,6 @@ from core.video_io import write_mp4
 from models.chat import CHAT_FORMATS, IGNORE_INDEX, RELEASED_CHAT_FORMATS, chat_format_for, make_adapter
 from models.tiny import FAMILIES, build_tiny_checkpoint
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 ANSWER = "Okay, I'll stop here."
 
 
@@ -193,7 +193,7 @@ def _tiny_run_config(compose, output_root: Path, family: str):
             "data.synthetic.eval_videos=2",
             "data.synthetic.vp_questions_per_video=1",
             "eval.limit=2",
-            "eval.max_new_tokens_open=8",
+            "eval.settings.ovi.max_new_tokens_open=8",
             "logger.wandb=false",
         ],
     )
@@ -207,7 +207,7 @@ def _eval_config(compose, train_cfg, checkpoint: Path):
         f"output_root={Path(train_cfg.run_dir) / 'standalone_eval'}",
         "data.build_synthetic=false",
         "eval.limit=2",
-        "eval.max_new_tokens_open=8",
+        "eval.settings.ovi.max_new_tokens_open=8",
         "eval.results_cache=null",  # generated again, not copied: the comparison below means something
         f"media.max_pixels={train_cfg.media.max_pixels}",
         f"media.image_max_pixels={train_cfg.media.image_max_pixels}",
@@ -224,10 +224,10 @@ def runs_root(tmp_path_factory):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_lora_steps_through_the_recipe_then_both_benchmarks(compose, family, runs_root):
     from eval.run import run as run_eval
-    from train.recipe import run
+    from train.recipe import train
 
     cfg = _tiny_run_config(compose, runs_root, family)
-    result = run(cfg)
+    result = train(cfg)
     summary = json.loads((Path(cfg.run_dir) / "summary.json").read_text())
     assert summary == result.summary
     assert [c["name"] for c in summary["checkpoints"]] == ["checkpoint-2"]

@@ -5,7 +5,6 @@ evaluation end to end."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -299,41 +298,40 @@ def test_the_answer_is_the_models_ordinary_greedy_answer(tiny, samples):
 
 
 # ---------------------------------------------------------------------------------------------------
-# The evaluator under eval.ovi_protocol=simulated
+# The evaluator under eval.settings.ovi.protocol=simulated
 
 
-def _simulated_config(tmp_path, ovi_root):
-    """An OVIBench of two open-ended items and a multiple-choice one, evaluated under simulation."""
+def _simulated_config(tmp_path, ovi_root, protocol="simulated"):
+    """An OVIBench of two open-ended items and a multiple-choice one, evaluated under ``protocol``."""
     from core.config import EvalConfig
+    from eval.benchmarks import resolve_settings
+    from eval.benchmarks.ovi import OviSettings
 
     root = tmp_path / "ovibench"
-    (root / "videos").mkdir(parents=True)
-    (root / "videos" / "v.mp4").symlink_to(ovi_root / "videos" / "v.mp4")
+    if not root.exists():
+        (root / "videos").mkdir(parents=True)
+        (root / "videos" / "v.mp4").symlink_to(ovi_root / "videos" / "v.mp4")
     rows = [_row(*item) for item in ITEMS[:2]] + [_row("mcq", "Cancellation", 3.0, 5.0, fmt="mcq")]
     write_ovibench(rows, root)
-    return EvalConfig(
-        benchmarks=["ovi"],
-        ovi_root=str(root),
-        ovi_protocol="simulated",
-        max_new_tokens=4,
-        max_new_tokens_open=6,
-        bootstrap_resamples=20,
-    )
+    ovi = OviSettings(root=str(root), protocol=protocol, max_new_tokens=4, max_new_tokens_open=6)
+    return resolve_settings(EvalConfig(benchmarks=["ovi"], settings={"ovi": ovi}, bootstrap_resamples=20))
 
 
 def test_a_simulated_evaluation_runs_end_to_end(tiny, ovi_root, tmp_path):
     from core.config import EvalRunConfig, JudgeConfig, ModelConfig
     from core.metric_logging import NullLogger
+    from core.run import Run
     from core.rundir import RunDir
     from eval.benchmarks.ovi import OVI
     from eval.evaluation import Evaluation
     from eval.judging import Judging
+    from eval.predictor import InProcess
 
     model, adapter = tiny
     cfg = _simulated_config(tmp_path, ovi_root)
     run_cfg = EvalRunConfig(model=ModelConfig(name_or_path="tiny"), media=adapter.media, eval=cfg)
-    evaluation = Evaluation(run_cfg, RunDir(tmp_path / "run"), NullLogger(), adapter.cache)
-    summary = evaluation.evaluate(model, adapter, "baseline", step=0)
+    evaluation = Evaluation(Run(run_cfg, RunDir(tmp_path / "run")), NullLogger(), adapter.cache)
+    summary = evaluation.evaluate(InProcess(model, adapter), "baseline", step=0)
     lines = (tmp_path / "run" / "eval" / "baseline" / "ovi.jsonl").read_text().splitlines()
     records = {record["id"]: record for record in map(json.loads, lines)}
     items = {sample.id: sample for sample in evaluation.suites["ovi"].samples}
@@ -372,12 +370,15 @@ def test_teacher_forced_records_are_not_reused_for_a_simulated_run(tiny, ovi_roo
     from eval.generation import current_records
 
     _, adapter = tiny
-    simulated = _simulated_config(tmp_path, ovi_root)
-    suites = [
-        load_suites(cfg, adapter.media, adapter.cache, RunDir(tmp_path / "run"), {})["ovi"]
-        for cfg in (replace(simulated, ovi_protocol="teacher_forced"), simulated)
+    run_dir = RunDir(tmp_path / "run")
+    suites = [  # the same items, under each protocol
+        load_suites(
+            _simulated_config(tmp_path, ovi_root, protocol), adapter.media, adapter.cache, run_dir, {}
+        )
+        for protocol in ("teacher_forced", "simulated")
     ]
-    teacher, simulation = suites
+    teacher, simulation = (suite["ovi"] for suite in suites)
+    assert teacher.items == simulation.items
     assert teacher.setting != simulation.setting
     store = JsonlStore(tmp_path / "results.jsonl")
     store.append(

@@ -13,7 +13,7 @@ from core.errors import DataError
 from core.files import save_samples
 from core.sample import Part, Sample, Turn
 from core.video_io import write_mp4
-from data_builders.cli_config import ExportBuild
+from data_builders.cli_config import ExportBuild, PreferenceBuild
 from data_builders.ovi_format import MCQ_INSTRUCTION, ovi_row_to_sample
 from data_builders.phrasings import BANKS
 from data_builders.preferences import (
@@ -151,7 +151,7 @@ def test_other_tasks_are_listed_and_bad_rows_named(tmp_path):
 
 def test_pairs_round_trip_and_build_writes_stats(tmp_path):
     save_samples(_samples(tmp_path), tmp_path / "ovi" / "hf")
-    out = build_preferences(tmp_path / "ovi" / "hf", tmp_path / "pref")
+    out = build_preferences(PreferenceBuild(dataset=str(tmp_path / "ovi" / "hf"), out=str(tmp_path / "pref")))
     pairs = load_pairs(out / "hf")
     assert pairs == pairs_from_samples(_samples(tmp_path)).pairs
     assert load_pairs(tmp_path / "ovi" / "hf") == pairs  # OVI samples are made into the same pairs
@@ -181,6 +181,9 @@ def test_llamafactory_preference_export(pair_dataset, tmp_path):
     assert row["chosen"]["role"] == row["rejected"]["role"] == "assistant"
     assert row["chosen"]["content"] != row["rejected"]["content"]
     assert sum(m["content"].count("<video>") for m in row["messages"]) == len(row["videos"]) == 2
+    info = json.loads((out / "export_info.json").read_text())  # written as the samples' exports write it
+    assert (info["kind"], info["rows"], info["skipped"]) == ("preference", 19, [])
+    assert "stage: dpo" in (out / "README.md").read_text()
 
 
 def test_swift_preference_export(pair_dataset, tmp_path):
@@ -190,6 +193,7 @@ def test_swift_preference_export(pair_dataset, tmp_path):
     assert len(rows) == 19
     assert rows[0]["messages"][-1]["role"] == "assistant"
     assert rows[0]["rejected_response"] != rows[0]["messages"][-1]["content"]
+    assert "swift rlhf --rlhf_type dpo" in (out / "README.md").read_text()
 
 
 def test_pairs_are_never_exported_as_plain_samples(pair_dataset, tmp_path):

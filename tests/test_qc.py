@@ -12,11 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_openai import completion
+from fake_openai import completion, endpoint_settings
 
 from core.errors import ConfigError
 from core.text_models import (
-    EndpointConfig,
     EndpointTextModel,
     TextModelConfig,
     TextModelError,
@@ -201,19 +200,14 @@ def test_run_qc_reports_every_step_in_markdown():
     assert steps[1].report()["removed"][0] == {"id": "q0", "reason": steps[1].removed[0][1]}
 
 
-def _endpoint(base_url: str | None, model: str | None = "m", **server) -> dict:
-    """Text-model settings naming an endpoint (``server``: more :class:`EndpointConfig` fields)."""
-    return {"backend": "endpoint", "model": model, "endpoint": EndpointConfig(base_url=base_url, **server)}
-
-
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
         ({"backend": "gpt"}, "{key}.backend must be one of none, endpoint, local, got 'gpt'"),
         ({"backend": "local"}, "{key}.backend=local needs {key}.model"),
-        (_endpoint("http://127.0.0.1:1/v1", model=None), "{key}.backend=endpoint needs {key}.model"),
-        (_endpoint(None), "{key}.backend=endpoint needs {key}.endpoint.base_url"),
-        (_endpoint("localhost:8000"), "{key}.endpoint.base_url must start with http:// or https://"),
+        (endpoint_settings("http://127.0.0.1:1/v1", model=None), "{key}.backend=endpoint needs {key}.model"),
+        (endpoint_settings(None), "{key}.backend=endpoint needs {key}.endpoint.base_url"),
+        (endpoint_settings("localhost:8000"), "{key}.endpoint.base_url must start with http:// or https://"),
     ],
 )
 @pytest.mark.parametrize(
@@ -228,7 +222,7 @@ def test_text_model_setting_errors_name_the_key(config: type, key: str, settings
 @pytest.mark.parametrize("slot", ["first", "second"])
 def test_qc_names_its_blind_filter_key(slot: str):
     rows = [dict(r) for r in ROWS]
-    blind = BlindFilterConfig(**{slot: BlindModelConfig(**_endpoint(None))})
+    blind = BlindFilterConfig(**{slot: BlindModelConfig(**endpoint_settings(None))})
     with pytest.raises(ConfigError, match=re.escape(f"builder.qc.blind.{slot}.endpoint.base_url")):
         run_qc(rows, QcConfig(blind=blind), np.random.default_rng(0))
 
@@ -244,15 +238,13 @@ def server(chat_server) -> Callable[..., str]:
     """
 
     def start(reply: Callable[[str], str], fail_first: int = 0, status: int = 503) -> str:
-        state = {"requests": 0}
-
         def respond(handler, body: dict) -> tuple[int, bytes]:
-            state["requests"] += 1
-            if state["requests"] <= fail_first:
+            if len(httpd.requests) <= fail_first:  # this request is already among them
                 return status, b""
             return 200, completion(reply(body["messages"][-1]["content"]))
 
-        return chat_server(respond).url
+        httpd = chat_server(respond)
+        return httpd.url
 
     return start
 
@@ -261,7 +253,7 @@ def test_endpoint_backend_retries_then_filters(server):
     url = server(lambda prompt: KnowsSome(ANSWERS).answer(prompt, seed=0), fail_first=2)
     sleeps = []
     model = EndpointTextModel(
-        TextModelConfig(**_endpoint(url, "fake-model", max_retries=3)), sleep=sleeps.append
+        TextModelConfig(**endpoint_settings(url, "fake-model", max_retries=3)), sleep=sleeps.append
     )
     step = blind_filter(ROWS, [model], rounds=2, rotate=True)
     assert [i for i, _ in step.removed] == ["q0", "q2"] and sleeps == [1.0, 2.0]
@@ -269,7 +261,7 @@ def test_endpoint_backend_retries_then_filters(server):
 
 def test_endpoint_client_error_is_not_retried(server):
     url = server(lambda prompt: "A", fail_first=10, status=400)
-    config = TextModelConfig(**_endpoint(url, max_retries=3))
+    config = TextModelConfig(**endpoint_settings(url, max_retries=3))
     model = EndpointTextModel(config, sleep=lambda s: pytest.fail("retried a 400"))
     with pytest.raises(TextModelError, match="HTTP 400"):
         model.answer("Q?\nA: x\nB: y", seed=0)

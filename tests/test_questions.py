@@ -7,16 +7,14 @@ import base64
 import hashlib
 import json
 import re
-import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from caption_sources import make_source as _make_source
 from caption_sources import ovi_build
-from fake_openai import ChatServer, completion
+from fake_openai import ChatServer, completion, endpoint_settings
 
 from core.errors import ConfigError
 from core.files import JsonlStore
@@ -87,60 +85,52 @@ def good_source(tmp_path: Path) -> tuple[Path, Path]:
     return _write_source(tmp_path / "good", clean)
 
 
-class FakeServer:
-    """A scripted ``/chat/completions`` server (tests/fake_openai.py) logging every request."""
+def _prompt(body: dict) -> tuple[str, list[dict]]:
+    """The last message's text and its image parts."""
+    content = body["messages"][-1]["content"]
+    parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+    images = [p for p in parts if p["type"] == "image_url"]
+    return next(p["text"] for p in parts if p["type"] == "text"), images
 
-    def __init__(self) -> None:
-        self.requests: list[dict] = []
-        self._flaky_seen: set[str] = set()
-        self.delay_s = 0.0  # how long each reply takes
-        self.in_flight = self.most_in_flight = 0
-        self._server = ChatServer(self._respond)
-        self._lock, self.url = self._server.lock, self._server.url
 
-    def stop(self) -> None:
-        self._server.stop()
+def _request(handler, body: dict) -> dict:
+    """What the tests check of a request: its text and the frames sent with it."""
+    text, images = _prompt(body)
+    return {"text": text, "images": images}
 
-    def _respond(self, handler, body: dict) -> tuple[int, bytes]:
-        with self._lock:
-            self.in_flight += 1
-            self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        time.sleep(self.delay_s)
-        code, payload = self.reply(body)
-        with self._lock:
-            self.in_flight -= 1
-        return code, payload
 
-    def reply(self, body: dict) -> tuple[int, bytes]:
-        content = body["messages"][-1]["content"]
-        parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
-        text = next(p["text"] for p in parts if p["type"] == "text")
-        with self._lock:
-            self.requests.append({"text": text, "images": [p for p in parts if p["type"] == "image_url"]})
-            first_flaky = "FLAKY" in text and text not in self._flaky_seen
-            self._flaky_seen.add(text)
-        if first_flaky:
-            return 500, b"overloaded"
-        if "BROKEN" in text:
-            return 200, completion("Sure! The dog is playing, I think.")
-        first = re.search(r"^- (.*)$", text, re.M).group(1)
-        qa = {
-            "question": f"What is shown before the segment ends? ({first[:12]})",
-            "answer": f"In it, {first}",
-        }
-        return 200, completion(f"Here you go:\n```json\n{json.dumps(qa)}\n```")
+def _reply(server: ChatServer, handler, body: dict) -> tuple[int, bytes]:
+    """The scripted model: HTTP 500 the first time a FLAKY prompt comes, prose without JSON for BROKEN ones,
+    else a question and answer on the segment's first caption."""
+    text, _ = _prompt(body)
+    with server.lock:
+        first_flaky = "FLAKY" in text and text not in server._flaky_seen
+        server._flaky_seen.add(text)
+    if first_flaky:
+        return 500, b"overloaded"
+    if "BROKEN" in text:
+        return 200, completion("Sure! The dog is playing, I think.")
+    first = re.search(r"^- (.*)$", text, re.M).group(1)
+    qa = {
+        "question": f"What is shown before the segment ends? ({first[:12]})",
+        "answer": f"In it, {first}",
+    }
+    return 200, completion(f"Here you go:\n```json\n{json.dumps(qa)}\n```")
 
 
 @pytest.fixture()
-def server() -> Iterator[FakeServer]:
-    fake = FakeServer()
-    yield fake
-    fake.stop()
+def server(chat_server) -> ChatServer:
+    """A scripted ``/chat/completions`` server (tests/fake_openai.py) answering as ``_reply``, logging every
+    request's text and frames."""
+    httpd = chat_server(lambda handler, body: _reply(httpd, handler, body), _request)
+    httpd._flaky_seen = set()
+    return httpd
 
 
-def _endpoint(server: FakeServer, cache: Path, workers: int = 1) -> QuestionConfig:
-    endpoint = EndpointConfig(base_url=server.url, backoff_s=0.0, max_retries=2, workers=workers)
-    return QuestionConfig(backend="endpoint", model="fake-vlm", cache=str(cache), frames=2, endpoint=endpoint)
+def _endpoint(server: ChatServer, cache: Path, workers: int = 1) -> QuestionConfig:
+    """Question generation by the model behind ``server``, two frames a segment, cached in ``cache``."""
+    endpoint = endpoint_settings(server.url, "fake-vlm", backoff_s=0.0, max_retries=2, workers=workers)
+    return QuestionConfig(**endpoint, cache=str(cache), frames=2)
 
 
 # --- template -----------------------------------------------------------------------------------
@@ -201,7 +191,7 @@ def test_template_rows_are_pinned(tmp_path: Path):
 
 
 def test_endpoint_answers_land_in_items_and_bad_replies_are_quarantined(
-    source: tuple[Path, Path], server: FakeServer, tmp_path: Path
+    source: tuple[Path, Path], server: ChatServer, tmp_path: Path
 ):
     questions = _endpoint(server, tmp_path / "c.jsonl")
     out = build_ovi_train(ovi_build(*source, out=str(tmp_path / "out"), seed=0, questions=questions))
@@ -234,7 +224,7 @@ def test_endpoint_answers_land_in_items_and_bad_replies_are_quarantined(
     assert all(r["reference_reaction"].startswith("In it, ") for r in corrections)
 
 
-def test_second_build_asks_nothing(source: tuple[Path, Path], server: FakeServer, tmp_path: Path):
+def test_second_build_asks_nothing(source: tuple[Path, Path], server: ChatServer, tmp_path: Path):
     config, build = _endpoint(server, tmp_path / "c.jsonl"), ovi_build(*source, seed=0)
     first = build_ovi_items(build, make_question_generator(config))
     server.requests.clear()
@@ -249,7 +239,7 @@ def test_second_build_asks_nothing(source: tuple[Path, Path], server: FakeServer
 
 
 def test_concurrent_requests_give_the_same_build(
-    source: tuple[Path, Path], server: FakeServer, tmp_path: Path
+    source: tuple[Path, Path], server: ChatServer, tmp_path: Path
 ):
     build = ovi_build(*source, seed=0)
     one_at_a_time = build_ovi_items(build, make_question_generator(_endpoint(server, tmp_path / "a")))
@@ -289,7 +279,7 @@ class _CrashAfter:
 
 
 def test_interrupted_build_resumes_with_only_the_missing_requests(
-    good_source: tuple[Path, Path], server: FakeServer, tmp_path: Path
+    good_source: tuple[Path, Path], server: ChatServer, tmp_path: Path
 ):
     build = ovi_build(*good_source, seed=0)
     reference = build_ovi_items(build, make_question_generator(_endpoint(server, tmp_path / "r")))
@@ -307,7 +297,7 @@ def test_interrupted_build_resumes_with_only_the_missing_requests(
 
 
 def test_a_cache_line_cut_by_a_kill_loses_nothing(
-    good_source: tuple[Path, Path], server: FakeServer, tmp_path: Path
+    good_source: tuple[Path, Path], server: ChatServer, tmp_path: Path
 ):
     build, config = ovi_build(*good_source, seed=0), _endpoint(server, tmp_path / "c.jsonl")
     reference = build_ovi_items(build, make_question_generator(config))

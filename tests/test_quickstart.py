@@ -13,10 +13,10 @@ from wandb_records import history
 
 @pytest.fixture(scope="module")
 def quickstart_run(small_train_config, tmp_path_factory):
-    from train.recipe import run
+    from train.recipe import train
 
     cfg = small_train_config(tmp_path_factory.mktemp("quickstart"))
-    return cfg, run(cfg)
+    return cfg, train(cfg)
 
 
 def _untrained_copy(cfg):

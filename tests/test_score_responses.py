@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
 from core.errors import DataError, DataErrors
 from eval.score_responses import load_response_file, render_tables, score_responses, tables
 
-REPO = Path(__file__).resolve().parent.parent
 INSTRUCTION = (
     "Select the best option that accurately addresses the question. "
     "Give only your option letter, no other words."

@@ -173,9 +173,9 @@ def test_categories() -> None:
 
 
 def test_the_ovi_entry_records_the_phrase_banks_its_set_was_built_with(tmp_path) -> None:
-    from core.config import EvalConfig
+    from eval.benchmarks.ovi import OviSettings
 
-    cfg = EvalConfig(ovi_root=str(tmp_path))
+    cfg = OviSettings(root=str(tmp_path))
     assert "phrasings" not in OVI.notes(cfg)  # a release: no build_info.json
     settings = {"phrasings": {"version": 1, "bank": "eval", "paraphrased_share": 0.25}}
     build_info = {"settings": settings, "by_phrasing": {"eval": 9, "paraphrased": 3}}

@@ -60,10 +60,9 @@ def _adapter(tiny_checkpoint, tmp_path, media: MediaSpec | None = None):
 
 
 def _ovi_samples(synthetic_build) -> list[Sample]:
-    from core.config import EvalConfig
-    from eval.benchmarks.ovi import load
+    from eval.benchmarks.ovi import OviSettings, load
 
-    return load(EvalConfig(ovi_root=str(synthetic_build.ovibench)))
+    return load(OviSettings(root=str(synthetic_build.ovibench)))
 
 
 def _spans(sample: Sample) -> int:
@@ -224,21 +223,21 @@ def test_served_predictions_equal_in_process_ones(
 
     overrides = (
         f"model.name_or_path={tiny_checkpoint}",
-        f"eval.v2p_root={synthetic_build.v2p_bench}",
-        f"eval.ovi_root={synthetic_build.ovibench}",
+        f"eval.settings.v2p.root={synthetic_build.v2p_bench}",
+        f"eval.settings.ovi.root={synthetic_build.ovibench}",
         "eval.limit=6",
         "eval.batch_size=1",
         "logger.wandb=false",
-        "eval.preference_pairs=true",
+        "eval.benchmarks=[v2p,ovi,ovi_pairs]",
+        f"eval.settings.ovi_pairs.root={synthetic_build.ovibench}",
     )
     in_process, served, summary = _both_ways(small_eval_config, tmp_path, monkeypatch, overrides)
     # Held-out pairs need the model's own log-probabilities: scored in process, named as not scored served.
-    scored = json.loads((Path(in_process.run_dir) / "summary.json").read_text())["preference"]
-    assert scored["beta"] is None and scored["models"]["model"]["overall"]["n"] == scored["n_pairs"] > 0
-    assert (
-        "not_scored" in summary["preference"]
-        and not (Path(served.run_dir) / "eval/model/ovi_pairs.jsonl").exists()
-    )
+    scored = json.loads((Path(in_process.run_dir) / "summary.json").read_text())["benchmarks"]["ovi_pairs"]
+    assert scored["metrics"]["accuracy"]["n"] == scored["n_items"] == 6 and "not_scored" not in scored
+    pairs = summary["benchmarks"]["ovi_pairs"]
+    assert "log-probabilities" in pairs["not_scored"] and not pairs["metrics"]
+    assert not (Path(served.run_dir) / "eval/model/ovi_pairs.jsonl").exists()
 
     agreement = {}
     for bench in ("v2p", "ovi"):
@@ -281,7 +280,7 @@ def test_a_lora_checkpoint_is_merged_and_served(
     checkpoint = _lora_checkpoint(tiny_checkpoint, tmp_path / "run" / "checkpoints" / "checkpoint-1")
     overrides = (
         f"model.name_or_path={tiny_checkpoint}",
-        f"eval.v2p_root={synthetic_build.v2p_bench}",
+        f"eval.settings.v2p.root={synthetic_build.v2p_bench}",
         "eval.benchmarks=[v2p]",
         "eval.limit=4",
         "eval.batch_size=1",
@@ -316,7 +315,7 @@ def test_a_running_server_cannot_stand_for_a_checkpoint(
     cfg = small_eval_config(
         tmp_path,
         f"model.name_or_path={tiny_checkpoint}",
-        f"eval.v2p_root={synthetic_build.v2p_bench}",
+        f"eval.settings.v2p.root={synthetic_build.v2p_bench}",
         "eval.benchmarks=[v2p]",
         "eval.limit=1",
         "logger.wandb=false",
@@ -329,12 +328,13 @@ def test_a_running_server_cannot_stand_for_a_checkpoint(
 
 def test_a_training_refuses_to_evaluate_inline_through_a_server(small_train_config, tmp_path):
     from core.errors import ConfigError
+    from core.run import Run
     from core.rundir import RunDir
     from train.recipe import _inline_evaluation
 
     cfg = small_train_config(tmp_path, "eval.server.command='vllm serve {model} --port {port}'")
     with pytest.raises(ConfigError, match="eval.mode=async"):
-        _inline_evaluation(cfg, RunDir(tmp_path / "run"), None, None)
+        _inline_evaluation(Run(cfg, RunDir(tmp_path / "run")), None, None)
 
 
 def _key(message: dict) -> str:
@@ -378,7 +378,7 @@ def test_a_simulation_is_two_requests_cut_at_the_interruption(
         server.url, "tiny", chat, ServerConfig(video=VideoTransport.path), tmp_path / "clips"
     )
     served.workers = 4
-    results = served.predict(samples, OviProtocol.simulated, max_new_tokens=7)
+    results = served.generate(samples, OviProtocol.simulated, max_new_tokens=7)
 
     assert len(bodies) == 2 * len(samples)
     for sample, result in zip(samples, results, strict=True):

@@ -20,8 +20,8 @@ def config(small_eval_config, synthetic_build, tiny_checkpoint, tmp_path):
     return small_eval_config(
         tmp_path,
         f"model.name_or_path={tiny_checkpoint}",
-        f"eval.v2p_root={synthetic_build.v2p_bench}",
-        f"eval.ovi_root={synthetic_build.ovibench}",
+        f"eval.settings.v2p.root={synthetic_build.v2p_bench}",
+        f"eval.settings.ovi.root={synthetic_build.ovibench}",
         "eval.benchmarks=[v2p,ovi,v2p_text_prompt]",
     )
 

@@ -19,6 +19,7 @@ from data_builders.ovi_train import build_ovi_items, build_ovi_train
 from data_builders.sources import (
     SOURCES,
     Caption,
+    load_activitynet,
     load_moviechat,
     load_qvhighlights,
     load_ucf_crime,
@@ -268,6 +269,26 @@ def test_youcook2_bad_entries_are_named(tmp_path: Path):
     path.write_text(json.dumps({"GLd3aX16zBg": {}}))
     with pytest.raises(DataError, match="field 'database': expected an object of videos"):
         load_youcook2(path, tmp_path)
+
+
+def test_files_keyed_by_video_share_the_entry_checks(tmp_path: Path):
+    """ActivityNet and YouCook2 entries: an object with a positive duration, then each format's own fields."""
+    entries = {"v_list": [], "v_zero": {"duration": 0}}
+    activitynet, youcook2 = tmp_path / "activitynet.json", tmp_path / "youcook2.json"
+    activitynet.write_text(json.dumps(entries))
+    youcook2.write_text(json.dumps({"database": entries}))
+    for path, load, own_field in (
+        (activitynet, load_activitynet, "'timestamps'"),
+        (youcook2, load_youcook2, "'subset'"),
+    ):
+        with pytest.raises(DataErrors) as err:
+            load(path, tmp_path)
+        problems = err.value.problems
+        assert problems[:2] == [
+            "video 'v_list': expected an object",
+            "video 'v_zero', field 'duration': expected a positive number of seconds",
+        ]
+        assert own_field in problems[2]
 
 
 def test_youcook2_builds_ovi_items(youcook2: tuple[Path, Path]):

@@ -214,7 +214,6 @@ def test_ovi_overall_values_are_type_weighted_as_the_papers_table_2():
     """Doubao-Seed-1.6's CFS per type (OVIBench Tables 12-14: Cancellation 1.69, Correction 8.73, False
     Trigger 1.92) gives its overall CFS as Table 2 does: (1.69 + 2 * 8.73 + 1.92) / 4 = 5.2675 (printed
     5.24), not the plain mean over items, whatever the items' mix."""
-    from eval.benchmarks import WEIGHTING
 
     def open_item(item_id: str, kind: str, cfs: float) -> dict:
         return {"id": item_id, "scores": {"cfs": cfs}, "categories": {"type": kind, "format": "open"}}
@@ -224,7 +223,7 @@ def test_ovi_overall_values_are_type_weighted_as_the_papers_table_2():
     items += [("f1", "False Trigger", 1.92)]
     baseline = {"ovi": [open_item(*item) for item in items]}
     tuned = {"ovi": [open_item(i, kind, cfs + 1.0) for i, kind, cfs in items]}
-    summary = build_summary(baseline, [("checkpoint-9", 9, tuned)], n_resamples=200, weighting=WEIGHTING)
+    summary = build_summary(baseline, [("checkpoint-9", 9, tuned)], n_resamples=200)  # OVIBench's own rules
     metrics = summary["benchmarks"]["ovi"]["metrics"]
     assert metrics["cfs"]["baseline"] == pytest.approx(5.2675)
     assert metrics["cfs"]["baseline"] != pytest.approx(sum(c for _, _, c in items) / len(items))
@@ -234,5 +233,5 @@ def test_ovi_overall_values_are_type_weighted_as_the_papers_table_2():
     assert point["delta_ci95"] == pytest.approx([1.0, 1.0])  # every item moved by exactly 1
     assert "Correction 2" in summary["benchmarks"]["ovi"]["aggregation"]
     # A type missing from a metric is left out and the weights of the others renormalised.
-    only_two = build_summary({"ovi": baseline["ovi"][:5]}, [], weighting=WEIGHTING)
+    only_two = build_summary({"ovi": baseline["ovi"][:5]}, [])
     assert only_two["benchmarks"]["ovi"]["metrics"]["cfs"]["baseline"] == pytest.approx((1.69 + 2 * 8.73) / 3)

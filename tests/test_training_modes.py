@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from runs import logged
 
 from core.config import ModelConfig, PeftConfig, PeftMethod, Tower, TrainerConfig
 from core.errors import ConfigError
@@ -149,7 +150,7 @@ def test_a_tower_learning_rate_for_a_tower_that_does_not_train_fails(load_tiny):
 @pytest.fixture(scope="module")
 def runs(compose, tiny_checkpoint, synthetic_build, tmp_path_factory):
     """name → (config, result) of a 2-step run through ``train.recipe.run``, each run once."""
-    from train.recipe import run
+    from train.recipe import train
 
     root = tmp_path_factory.mktemp("mode_runs")
     done = {}
@@ -170,7 +171,7 @@ def runs(compose, tiny_checkpoint, synthetic_build, tmp_path_factory):
                 "trainer.logging_steps=1",
                 *overrides,
             )
-            done[name] = cfg, run(cfg)
+            done[name] = cfg, train(cfg)
         return done[name]
 
     return get
@@ -183,10 +184,8 @@ def _base_parameters(cfg) -> dict[str, torch.Tensor]:
 
 
 def _losses(cfg) -> list[float]:
-    state = json.loads(
-        (Path(cfg.run_dir) / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text()
-    )
-    return [entry["loss"] for entry in state["log_history"] if "loss" in entry]
+    """The training losses the run of ``cfg`` logged up to its checkpoint-2."""
+    return logged(Path(cfg.run_dir) / "checkpoints" / "checkpoint-2")
 
 
 @pytest.mark.slow
@@ -248,9 +247,9 @@ def test_full_fine_tuning_steps_then_its_checkpoint_loads_and_evaluates(runs, co
         f"checkpoint={checkpoint}",
         f"output_root={Path(cfg.run_dir) / 'standalone_eval'}",
         "data.build_synthetic=false",
-        f"eval.v2p_root={synthetic_build.v2p_bench}",
-        f"eval.ovi_root={synthetic_build.ovibench}",
-        *("eval.limit=2", "eval.max_new_tokens_open=8", "logger.wandb=false"),
+        f"eval.settings.v2p.root={synthetic_build.v2p_bench}",
+        f"eval.settings.ovi.root={synthetic_build.ovibench}",
+        *("eval.limit=2", "eval.settings.ovi.max_new_tokens_open=8", "logger.wandb=false"),
         *(f"media.max_pixels={cfg.media.max_pixels}", f"media.image_max_pixels={cfg.media.image_max_pixels}"),
     )
     summary = run_eval(eval_cfg)
@@ -280,13 +279,13 @@ def test_qlora_is_refused_where_it_cannot_run(monkeypatch):
 
 
 def test_a_qlora_run_fails_at_start_on_a_machine_without_cuda(compose, monkeypatch, tmp_path):
-    from train.recipe import run
+    from train.recipe import train
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     cfg = compose("train", "peft=qlora", f"output_root={tmp_path}", "logger.wandb=false")
     assert cfg.peft.method is PeftMethod.qlora and cfg.peft.r == PeftConfig().r  # lora.yaml's settings
     with pytest.raises(ConfigError, match="peft.method=qlora needs a CUDA GPU"):
-        run(cfg)
+        train(cfg)
     assert not (tmp_path / "data").exists(), "refused before any data or model was built"
 
 

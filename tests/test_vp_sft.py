@@ -14,10 +14,11 @@ from PIL import Image
 
 from core.errors import ConfigError, DataError
 from core.video_io import read_all_frames, write_mp4
-from data_builders.cli_config import VpSftBuild
+from data_builders.cli_config import QuestionKind, VpSftBuild
 from data_builders.qc import balance_answer_letters
 from data_builders.v2p_format import load_v2p_release, parse_options, render_question
 from data_builders.visual_prompts import SHAPES
+from data_builders.vp_kinds import VP_KINDS
 from data_builders.vp_sft import build_vp_sft, questions_from_tracks
 
 SIZE, FRAMES, FPS, OBJ = 64, 24, 8.0, 10
@@ -223,6 +224,9 @@ def test_build_vp_sft_writes_release_hf_and_reports(world: Path, tmp_path: Path)
     assert "| dimension |" in (out / "stats.md").read_text()
     info = json.loads((out / "build_info.json").read_text())
     assert info["seed"] == 3 and info["questions"] == len(samples) and info["world_root"] == str(world)
+    assert set(info["by_kind"]) == set(VP_KINDS) and sum(info["by_kind"].values()) == len(samples)
+    for name, count in info["by_kind"].items():  # counted by the category code each row carries
+        assert count == sum(s.meta["category"] == VP_KINDS[name].category for s in samples)
 
 
 def test_same_seed_same_questions(world: Path, tmp_path: Path):
@@ -249,3 +253,24 @@ def test_unknown_prompt_shape_is_a_setting_error(world: Path, tmp_path: Path):
     with pytest.raises(ConfigError, match="shapes"):
         build_vp_sft(_build(world, tmp_path / "out", shapes=["star"]))
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "key"),
+    [
+        ({"kinds": []}, "kinds"),
+        ({"line_widths": [0]}, "line_widths"),
+        ({"doodle_share": 2.0}, "doodle_share"),
+    ],
+)
+def test_bad_settings_name_their_key(world: Path, tmp_path: Path, setting: dict, key: str):
+    with pytest.raises(ConfigError, match=key):
+        build_vp_sft(_build(world, tmp_path / "out", **setting))
+
+
+def test_a_question_kind_is_one_row_of_the_table():
+    """The config's closed choice is the table's names in the table's order (the default draw order), and
+    every kind has its own category code."""
+    assert [kind.value for kind in QuestionKind] == list(VP_KINDS)
+    assert all(name == kind.name for name, kind in VP_KINDS.items())
+    assert sorted(kind.category for kind in VP_KINDS.values()) == list(range(1, len(VP_KINDS) + 1))

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from paths import REPO
 from wandb_records import history
 
 from core.rundir import RunDir
 
-REPO = Path(__file__).resolve().parents[1]
 WAIT_S = 240  # bound on every wait for a child process
 STEPS, SAVE_EVERY = 6, 2
 
@@ -38,13 +38,14 @@ def _train_command(tmp_path: Path, synthetic_build, tiny_checkpoint) -> list[str
         f"model.name_or_path={tiny_checkpoint}",
         "data.build_synthetic=false",
         f"data.train=[{synthetic_build.v2p_sft},{synthetic_build.ovi_train}]",
-        f"eval.v2p_root={synthetic_build.v2p_bench}",
-        f"eval.ovi_root={synthetic_build.ovibench}",
+        f"eval.settings.v2p.root={synthetic_build.v2p_bench}",
+        f"eval.settings.ovi.root={synthetic_build.ovibench}",
         "eval.mode=async",
         "eval.limit=3",
         "eval.batch_size=6",
-        "eval.max_new_tokens=3",
-        "eval.max_new_tokens_open=6",
+        "eval.settings.v2p.max_new_tokens=3",
+        "eval.settings.ovi.max_new_tokens=3",
+        "eval.settings.ovi.max_new_tokens_open=6",
         "eval.bootstrap_resamples=50",
         "logger.mode=offline",
     ]
@@ -180,7 +181,7 @@ def test_a_restarted_watcher_skips_what_is_done_even_in_a_moved_run_directory(
         generated.extend(s.id for s in samples)
         return ["A"] * len(samples)
 
-    monkeypatch.setattr("eval.generation.generate", counting_generate)
+    monkeypatch.setattr("eval.predictor.generate", counting_generate)
     assert watch(run_dir, device="cpu", timeout_s=60, poll_s=0.2) == before
     assert generated == []  # the cut items come from the shared results cache, by the adapter's files
     ids = {json.loads(line)["id"] for line in results.read_text().splitlines()}

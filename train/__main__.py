@@ -12,8 +12,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from core.cli import run_cli
 from core.config import EvalMode, TrainConfig, register_configs
+from eval.benchmarks import settings_schemas
 
-register_configs()
+register_configs(settings_schemas())
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
@@ -21,12 +22,12 @@ def main(cfg: DictConfig) -> None:
     from core.distributed import is_main
     from core.rundir import RunDir
     from eval.evaluation import Evaluation
-    from train.recipe import run
+    from train.recipe import train
 
     config: TrainConfig = OmegaConf.to_object(cfg)
 
     def work() -> None:
-        summary = run(config).summary
+        summary = train(config).summary
         if not is_main():  # the other ranks of a multi-process run hold no summary
             return
         if config.eval.mode is EvalMode.inline or not config.eval.benchmarks:

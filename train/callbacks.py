@@ -12,7 +12,7 @@ from transformers import TrainerCallback
 from core.metric_logging import MetricLogger
 from core.rundir import BASELINE, RunDir
 from eval.evaluation import Evaluation
-from models.chat import VideoChatAdapter
+from eval.run_models import RunModels
 
 
 class CheckpointEval(TrainerCallback):
@@ -24,12 +24,12 @@ class CheckpointEval(TrainerCallback):
     them, so any of them reuses what another computed.
     """
 
-    def __init__(self, evaluation: Evaluation, chat: VideoChatAdapter, run_dir: RunDir):
-        self.evaluation, self.chat, self.run_dir = evaluation, chat, run_dir
+    def __init__(self, evaluation: Evaluation, models: RunModels, run_dir: RunDir):
+        self.evaluation, self.models, self.run_dir = evaluation, models, run_dir
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         # On resume the baseline is already on disk; evaluate() only fills in missing items.
-        self.evaluation.evaluate(model, self.chat, BASELINE, 0)
+        self.evaluation.evaluate(self.models.of(model), BASELINE, 0)
         if state.global_step > 0:
             # Resumed from checkpoint-N, whose weights the model now holds. A kill during its evaluation
             # (on_save runs after the save) left it partial, and no later on_save comes back to it;
@@ -41,7 +41,7 @@ class CheckpointEval(TrainerCallback):
 
     def _evaluate_checkpoint(self, model, step: int) -> None:
         checkpoint = self.run_dir.checkpoint(step)
-        self.evaluation.evaluate(model, self.chat, checkpoint.name, step, checkpoint)
+        self.evaluation.evaluate(self.models.of(model), checkpoint.name, step, checkpoint)
 
 
 class LogToMetricLogger(TrainerCallback):

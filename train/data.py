@@ -112,9 +112,10 @@ def mix_datasets(datasets: list[list[Sample]], shares: list[float] | None, seed:
 
 @dataclass
 class TrainingSet:
-    """The samples a run trains on, those quarantined, and the record of how the datasets were mixed."""
+    """The rows a run trains on (samples; for a post-SFT stage, pairs or labelled reactions), those
+    quarantined, and the record of how the datasets were mixed."""
 
-    samples: list[Sample]
+    rows: list
     quarantined: list[dict[str, str]]
     mix: dict[str, Any]  # what data_mix.json holds
 

@@ -1,14 +1,17 @@
-"""The training recipe: data → model + LoRA → HF Trainer → evaluation after every checkpoint.
+"""The training recipe: data → model + LoRA → the stage's trainer → evaluation after every checkpoint.
 
-Read top to bottom: ``run`` sets up each piece with a small function and hands them to the HF Trainer.
-What the loop does beyond the stock Trainer lives in ``train.trainer`` (optimizer groups per tower, the
+Read top to bottom: :func:`resolve` makes the run (its data, benchmark directories and, for a post-SFT
+stage, its starting model); :func:`run` sets up each piece with a small function and hands them to the
+stage's trainer. A stage (``stage.method``: SFT, DPO, KTO) is a :class:`train.stages.Method` that brings its
+rows, its trainer's arguments, its batches and its trainer; every stage runs through the same steps here.
+What the loop does beyond the stock trainers lives in ``train.trainer`` (optimizer groups per tower, the
 multi-rank sample order, gradient clipping over the trainable parameters) and ``train.callbacks`` (loss
-logging, and evaluation through ``eval.evaluation``, the one entry training has into ``eval``).
+logging, and evaluation through ``eval.evaluation``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -19,23 +22,23 @@ from core.errors import ConfigError
 from core.files import write_json_atomic
 from core.media import FrameCache
 from core.metric_logging import MetricLogger, NullLogger, logger_for_run
+from core.run import Run
 from core.rundir import RunDir
-from data_builders.build import with_synthetic_data
+from data_builders.build import synthetic_datasets, with_synthetic_training_data
+from eval.benchmarks import resolve_settings
 from eval.evaluation import Evaluation
-from models.chat import make_adapter
-from models.loading import build_if_tiny, load_base
+from eval.run_models import open_models
+from models.loading import build_if_tiny
 from models.qlora import check_qlora
 from models.towers import family_of, is_partitioned, numel, parameters_by_tower
 from train.callbacks import CheckpointEval, LogToMetricLogger
-from train.data import Collator, SampleDataset, dataset_shares, training_set
 from train.deepspeed import deepspeed_config, write_deepspeed_config
-from train.dpo import DPO, reference_model, resolve_start
-from train.kto import KTO
 from train.modes import apply_peft
 from train.optim import check_learning_rates, tower_learning_rates
-from train.trainer import RecipeTrainer
+from train.preference import DPO, KTO, reference_model, with_start_model
+from train.stages import SFT, Method
 
-PREFERENCE_METHODS = {StageMethod.dpo: DPO, StageMethod.kto: KTO}
+METHODS: dict[StageMethod, Method] = {StageMethod.sft: SFT, StageMethod.dpo: DPO, StageMethod.kto: KTO}
 
 
 def training_arguments(
@@ -45,7 +48,7 @@ def training_arguments(
     arguments_class: type | None = None,
     **stage_arguments,
 ):
-    """The HF Trainer's arguments, saving under ``checkpoints_dir`` (``RunDir.checkpoints_dir``);
+    """The trainer's arguments, saving under ``checkpoints_dir`` (``RunDir.checkpoints_dir``);
     ``deepspeed``: the config from ``train.deepspeed.deepspeed_config``; ``arguments_class`` (a subclass
     of TrainingArguments such as TRL's DPOConfig) with its own ``stage_arguments``."""
     from transformers import TrainingArguments
@@ -78,29 +81,49 @@ def training_arguments(
     )
 
 
+def resolve(cfg: TrainConfig) -> Run:
+    """The training ``cfg`` asks for, resolved, on every rank alike: the synthetic datasets built when
+    ``data.build_synthetic`` asks (file-locked, one rank builds) and used where no data or benchmark
+    directory is given; each benchmark's settings typed (the held-out pairs' implicit reward at the
+    stage's beta, for a post-SFT stage); the SFT checkpoint a post-SFT stage starts from as its base
+    (merged once). ``cfg`` itself is left as it is."""
+    run_dir = RunDir(cfg.run_dir)
+    deepspeed_config(cfg.trainer)  # a bad ZeRO setting, or QLoRA without CUDA, fails before anything is built
+    if cfg.peft.method is PeftMethod.qlora:
+        check_qlora(cfg.trainer)
+    datasets = synthetic_datasets(cfg.data)
+    evaluation = resolve_settings(cfg.eval, datasets)
+    if METHODS[cfg.stage.method].reference and "ovi_pairs" in evaluation.settings:  # trained against one
+        pairs = replace(evaluation.settings["ovi_pairs"], beta=cfg.stage.beta)
+        evaluation = replace(evaluation, settings={**evaluation.settings, "ovi_pairs": pairs})
+    cfg = replace(cfg, data=with_synthetic_training_data(cfg.data, datasets), eval=evaluation)
+    return Run(with_start_model(cfg, run_dir), run_dir, quantized=cfg.peft.method is PeftMethod.qlora)
+
+
 @dataclass
 class RunResult:
-    """What a run leaves in memory: the summary (baseline vs every checkpoint) and the tuned model."""
+    """What a run leaves in memory: the run as resolved, the summary (baseline vs every checkpoint) and the
+    tuned model."""
 
+    run: Run
     summary: dict
     model: torch.nn.Module
 
 
-def run(cfg: TrainConfig) -> RunResult:
-    """Train per ``cfg``, evaluating the baseline and every checkpoint along the way."""
+def train(cfg: TrainConfig) -> RunResult:
+    """``python -m train``: resolve the run, then run it."""
+    return run(resolve(cfg))
+
+
+def run(run: Run) -> RunResult:
+    """Train as ``run`` says, evaluating the baseline and every checkpoint along the way."""
     from transformers import set_seed
 
+    cfg, run_dir = run.cfg, run.dir
+    method = METHODS[cfg.stage.method]
     set_seed(cfg.trainer.seed)
-    run_dir = RunDir(cfg.run_dir)
     run_dir.path.mkdir(parents=True, exist_ok=True)
-    ds_config = deepspeed_config(cfg.trainer)  # fails on a bad ZeRO setting before anything is built
-    if cfg.peft.method is PeftMethod.qlora:
-        check_qlora(cfg.trainer)
-    cfg = with_synthetic_data(cfg)  # file-locked: every rank calls it, one builds
-    preference = PREFERENCE_METHODS.get(cfg.stage.method)  # None: SFT
-    if preference:
-        resolve_start(cfg, run_dir)  # file-locked too: the SFT checkpoint becomes the run's base
-    dataset_shares(cfg.data.train, cfg.data.weights)  # bad weights fail here, before the model loads
+    ds_config = deepspeed_config(cfg.trainer)
     main = distributed.is_main()  # from the launcher's RANK: the process group does not exist yet
     if main:
         run_dir.write_config(cfg)
@@ -108,30 +131,23 @@ def run(cfg: TrainConfig) -> RunResult:
     cache = FrameCache(cfg.data.frame_cache)
     logger = _logger(cfg) if main else NullLogger()
     try:
+        rows = method.rows(run, cache)  # bad data or weights fail here, before any model is built
+        run_dir.write_quarantine("train", rows.quarantined)
+        if main:
+            write_json_atomic(run_dir.data_mix_file, rows.mix, indent=2)
         build_if_tiny(cfg.model)  # before the arguments: building them starts the process group
         # Before the model: under ZeRO-3 the arguments register the DeepSpeed config with transformers (a
         # weak reference, alive as long as `args` is), so from_pretrained loads each rank's partition only
         # (deepspeed.zero.Init) instead of the whole model on every rank first.
-        arguments_class, stage_arguments = (
-            preference.arguments(cfg.stage, cfg.trainer) if preference else (None, {})
-        )
+        arguments_class, stage_arguments = method.arguments(run, rows)
         args = training_arguments(
             cfg.trainer, run_dir.checkpoints_dir, ds_config, arguments_class, **stage_arguments
         )
         distributed.share_cpu_process_group(args)
-        model, processor = load_base(cfg.model, quantized=cfg.peft.method is PeftMethod.qlora)
+        models = open_models(run, cache, serve=False)  # the training's own model, in process
+        model = models.base
         partitioned_at_load = is_partitioned(model)
-        chat = make_adapter(cfg.model.family, processor, cfg.media, cache, cfg.model.chat_format)
-        if preference:
-            train_dataset = preference.dataset(cfg, chat, cache, run_dir)
-            collator = preference.collator(chat)
-        else:
-            train_set = training_set(cfg.data, cfg.trainer.seed, cfg.media, cache, follow_on=chat.follow_on)
-            samples = train_set.samples
-            run_dir.write_quarantine("train", train_set.quarantined)
-            if main:
-                write_json_atomic(run_dir.data_mix_file, train_set.mix, indent=2)
-            train_dataset, collator = SampleDataset(samples, chat), Collator(chat)
+        train_dataset, collator = method.batches(rows, models.chat)
         # Seed again right before the LoRA init: what ran since the first seed may have drawn from the
         # global RNG (building the tiny checkpoint does, on a first run only), and the LoRA A matrices
         # must not depend on it, or a resumed run and its twin would train different adapters.
@@ -140,20 +156,20 @@ def run(cfg: TrainConfig) -> RunResult:
         check_learning_rates(cfg.trainer, model)
         if main:
             _write_parameters(run_dir, model, cfg.trainer, partitioned_at_load)
-        evaluation = _inline_evaluation(cfg, run_dir, logger, cache)
+        evaluation = _inline_evaluation(run, logger, cache)
         callbacks = [LogToMetricLogger(logger)]
         if evaluation:
-            callbacks.append(CheckpointEval(evaluation, chat, run_dir))
-        stage_kwargs = {"ref_model": reference_model(cfg, model is not base)} if preference else {}
-        trainer = (preference.trainer if preference else RecipeTrainer)(
+            callbacks.append(CheckpointEval(evaluation, models, run_dir))
+        reference = {"ref_model": reference_model(cfg, model is not base)} if method.reference else {}
+        trainer = method.trainer(
             model=model,
             args=args,
             trainer_cfg=cfg.trainer,
-            processing_class=processor,  # saved with every checkpoint: a fully tuned one loads on its own
+            processing_class=models.processor,  # saved with every checkpoint: a fully tuned one loads alone
             train_dataset=train_dataset,
             data_collator=collator,
             callbacks=callbacks,
-            **stage_kwargs,
+            **reference,
         )
         last = run_dir.latest_checkpoint()
         if last and main:
@@ -162,16 +178,15 @@ def run(cfg: TrainConfig) -> RunResult:
         trainer.save_model(str(run_dir.final_dir))
         summary = evaluation.write_summary() if evaluation and main else {}
         run_dir.mark_done()
-        return RunResult(summary, trainer.model)
+        return RunResult(run, summary, trainer.model)
     finally:
         logger.finish()
         distributed.shutdown()
 
 
-def _inline_evaluation(
-    cfg: TrainConfig, run_dir: RunDir, logger: MetricLogger, cache: FrameCache
-) -> Evaluation | None:
+def _inline_evaluation(run: Run, logger: MetricLogger, cache: FrameCache) -> Evaluation | None:
     """The evaluation of the baseline and every checkpoint, when this training does it (``eval.mode``)."""
+    cfg = run.cfg
     if not cfg.eval.benchmarks:
         return None
     if cfg.eval.mode is not EvalMode.inline:
@@ -187,7 +202,7 @@ def _inline_evaluation(
             "eval.server: a training evaluates its own checkpoints in process; to evaluate them through a "
             f"model server, train with eval.mode=async and run `python -m eval.watch {cfg.run_dir}`"
         )
-    return Evaluation(cfg, run_dir, logger, cache)
+    return Evaluation(run, logger, cache)
 
 
 def _write_parameters(run_dir: RunDir, model: torch.nn.Module, cfg: TrainerConfig, partitioned: bool) -> None:

@@ -1,7 +1,27 @@
-"""The HF Trainer with the recipe's changes: the optimizer's parameters grouped by tower, each at its own
+"""The recipe's changes to the trainer a stage runs (the HF Trainer for SFT, TRL's DPO and KTO trainers
+for the post-SFT stages), in one mixin: the optimizer's parameters grouped by tower, each at its own
 learning rate (train/optim.py); with several ranks, a sample order that gives every rank the same kinds of
-media at every step (train.data.MediaKindSampler); and two per-step costs of the stock Trainer removed
-(``bench/bench_trainer_overhead.py`` measures them)."""
+media at every step (train.data.MediaKindSampler); two per-step costs of the stock Trainer removed
+(``bench/bench_trainer_overhead.py`` measures them); and, for TRL's trainers, our rendered rows kept as
+they are.
+
+The private hooks. Where HF or TRL offer a public hook, it is used (``create_optimizer``,
+``get_optimizer_cls_and_kwargs``, ``get_decay_parameter_names``, ``floating_point_ops``). Three changes have
+none, and are made here only, each tested against the installed libraries (tests/test_private_hooks.py
+fails loudly when they change):
+
+- ``Trainer._get_train_sampler``: the training sampler. The public hook, ``get_train_dataloader``, would
+  mean rebuilding the Trainer's dataloader (column removal, worker seeding, accelerate's preparation) from
+  more of its internals, not fewer.
+- ``Trainer._clip_grad_norm``: the gradient clip of every step.
+- ``DPOTrainer._prepare_dataset`` / ``KTOTrainer._prepare_dataset``: TRL tokenises text columns there;
+  our collators render each batch from the rows, so the rows are returned as they are. TRL skips it itself
+  only for datasets with image columns.
+
+And one convention of TRL's: a PEFT model given without a reference gets a frozen copy of its adapter
+named ``"ref"``; for a fresh adapter it computes what the model with the adapter switched off computes,
+which TRL then uses once the copy is gone, so the copy is deleted (no second adapter held or run).
+"""
 
 from __future__ import annotations
 
@@ -13,13 +33,19 @@ from core.config import TrainerConfig
 from train.data import MediaKindSampler, SampleDataset
 from train.optim import param_groups, tower_learning_rates
 
+TRL_REFERENCE_ADAPTER = "ref"  # the name TRL gives its frozen copy of a PEFT model's adapter
 
-class RecipeTrainer(Trainer):
+
+class RecipeHooks:
+    """Mixed in before the trainer class a stage runs (``class X(RecipeHooks, Trainer)``)."""
+
     def __init__(self, *args, trainer_cfg: TrainerConfig, **kwargs):
         super().__init__(*args, **kwargs)
         self.trainer_cfg = trainer_cfg
         self._trainable: list[torch.nn.Parameter] | None = None
         self._parameters_without_embeddings: int | None = None
+        if TRL_REFERENCE_ADAPTER in getattr(self.model, "peft_config", {}):
+            self.model.delete_adapter(TRL_REFERENCE_ADAPTER)
 
     def create_optimizer(self, model=None) -> torch.optim.Optimizer:
         if self.optimizer is None:
@@ -27,11 +53,13 @@ class RecipeTrainer(Trainer):
             decay_names = set(self.get_decay_parameter_names(model))
             lrs = tower_learning_rates(self.trainer_cfg)
             groups = param_groups(model, lrs, self.args.weight_decay, decay_names)
-            optimizer_cls, kwargs = self._optimizer_cls_and_kwargs(model)
+            optimizer_cls, kwargs = self._optimizer_class(model)
             self.optimizer = optimizer_cls(groups, **kwargs)
         return self.optimizer
 
-    def _optimizer_cls_and_kwargs(self, model) -> tuple[type, dict]:
+    def _optimizer_class(self, model) -> tuple[type, dict]:
+        """The optimizer class and its arguments: the Trainer's, or DeepSpeed's CPU Adam under offload.
+        (Not ``optimizer_cls_and_kwargs``: the Trainer keeps its constructor argument of that name.)"""
         if self.trainer_cfg.offload:
             # ZeRO-Offload steps on the CPU, which DeepSpeed's CPU Adam does efficiently (DeepSpeed refuses
             # torch's AdamW there). The groups carry lr and weight decay, decoupled as in the Trainer's AdamW.
@@ -40,6 +68,17 @@ class RecipeTrainer(Trainer):
             betas = (self.args.adam_beta1, self.args.adam_beta2)
             return DeepSpeedCPUAdam, {"betas": betas, "eps": self.args.adam_epsilon, "adamw_mode": True}
         return self.get_optimizer_cls_and_kwargs(self.args, model)
+
+    def floating_point_ops(self, inputs: dict) -> int:
+        """The stock estimate (6 x tokens x non-embedding parameters, for ``total_flos``) with the parameter
+        count taken once: the stock one recounts every parameter of the model at every step."""
+        if self._parameters_without_embeddings is None:
+            count = getattr(self.model, "num_parameters", None)
+            self._parameters_without_embeddings = count(exclude_embeddings=True) if count else 0
+        tokens = inputs.get(getattr(self.model, "main_input_name", "input_ids"))
+        return 6 * tokens.numel() * self._parameters_without_embeddings if tokens is not None else 0
+
+    # -- private hooks (module docstring) ------------------------------------------------------------
 
     def _get_train_sampler(self, train_dataset=None) -> torch.utils.data.Sampler | None:
         dataset = self.train_dataset if train_dataset is None else train_dataset
@@ -65,11 +104,9 @@ class RecipeTrainer(Trainer):
         self.accelerator.unscale_gradients()  # fp16 loss scaling, as the stock path does
         return torch.nn.utils.clip_grad_norm_(self._trainable, self.args.max_grad_norm)
 
-    def floating_point_ops(self, inputs: dict) -> int:
-        """The stock estimate (6 x tokens x non-embedding parameters, for ``total_flos``) with the parameter
-        count taken once: the stock one recounts every parameter of the model at every step."""
-        if self._parameters_without_embeddings is None:
-            count = getattr(self.model, "num_parameters", None)
-            self._parameters_without_embeddings = count(exclude_embeddings=True) if count else 0
-        tokens = inputs.get(getattr(self.model, "main_input_name", "input_ids"))
-        return 6 * tokens.numel() * self._parameters_without_embeddings if tokens is not None else 0
+    def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+        return dataset  # TRL's trainers: the collator renders each batch from the rows
+
+
+class RecipeTrainer(RecipeHooks, Trainer):
+    """The HF Trainer with the recipe's hooks: supervised fine-tuning."""

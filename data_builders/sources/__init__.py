@@ -11,16 +11,15 @@ in frames), keys each video by the source's own id, and returns ``(videos, quara
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.errors import ConfigError
 from data_builders.sources.activitynet import load_activitynet_captions
 from data_builders.sources.captions import Caption, CaptionedVideo
 from data_builders.sources.moviechat import load_moviechat
 from data_builders.sources.qvhighlights import load_qvhighlights
+from data_builders.sources.registry import call_reader
 from data_builders.sources.ucf_crime import load_ucf_crime
 from data_builders.sources.youcook2 import load_youcook2
 
@@ -52,16 +51,7 @@ def read_source(
         ConfigError: an unknown format, or an option its reader does not take (naming those it does).
         DataError: as the reader raises for bad annotations.
     """
-    reader = SOURCES.get(source_format)
-    if reader is None:
-        raise ConfigError(f"unknown source format {source_format!r}; choose one of {sorted(SOURCES)}")
-    accepted = [name for name, p in inspect.signature(reader).parameters.items() if p.kind is p.KEYWORD_ONLY]
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise ConfigError(
-            f"source format {source_format!r} takes no option(s) {unknown}; it takes {accepted or 'none'}"
-        )
-    return reader(path, videos_dir, **options)
+    return call_reader(SOURCES, "source format", source_format, path, videos_dir, **options)
 
 
 __all__ = [

@@ -16,6 +16,7 @@ from data_builders.sources.captions import (
     CaptionedVideo,
     clean_sentence,
     segment_problem,
+    video_entry_problems,
     within_video,
 )
 
@@ -34,7 +35,7 @@ def load_activitynet_captions(path: str | Path) -> tuple[list[CaptionedVideo], l
         DataError / DataErrors: unreadable JSON, or entries of the wrong structure (all listed).
     """
     data = read_json_object(path, "captions")
-    problems = [p for key, entry in data.items() for p in _entry_problems(key, entry)]
+    problems = [p for key, entry in data.items() for p in video_entry_problems(key, entry, _caption_problems)]
     if problems:
         raise DataErrors(path, problems)
     videos, quarantined = [], []
@@ -59,16 +60,12 @@ def _captioned_video(key: str, entry: dict[str, Any]) -> tuple[CaptionedVideo, l
     return CaptionedVideo(key, duration, captions), quarantined
 
 
-def _entry_problems(key: str, entry: Any) -> list[str]:
-    where = f"video {key!r}, field"
-    if not isinstance(entry, dict):
-        return [f"video {key!r}: expected an object"]
-    problems = []
-    if not is_number(entry.get("duration")) or entry["duration"] <= 0:
-        problems.append(f"{where} 'duration': expected a positive number")
+def _caption_problems(where: str, entry: dict[str, Any]) -> list[str]:
+    """Problems of an entry's ``timestamps`` and ``sentences`` (see :func:`video_entry_problems`)."""
     stamps, sentences = entry.get("timestamps"), entry.get("sentences")
     if not isinstance(stamps, list) or not isinstance(sentences, list):
-        return [*problems, f"{where} 'timestamps'/'sentences': expected two lists"]
+        return [f"{where} 'timestamps'/'sentences': expected two lists"]
+    problems = []
     if len(stamps) != len(sentences):
         problems.append(f"{where} 'sentences': {len(sentences)} sentences for {len(stamps)} timestamps")
     for i, stamp in enumerate(stamps):

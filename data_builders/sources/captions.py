@@ -6,8 +6,11 @@ captions by the same rules.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from core.checks import is_number
 
 # Annotation times carry float noise (a last segment ending at 70.29 in a video of 70.28999999999999 s);
 # a segment edge this close outside the video is noise, not an error (as the OVIBench row check allows).
@@ -86,3 +89,20 @@ def clean_sentence(sentence: str) -> str:
     if word != "I" and word[:1].isupper() and (len(word) == 1 or word[1:].islower()):
         return text[0].lower() + text[1:]
     return text
+
+
+def video_entry_problems(
+    key: str, entry: Any, fields: Callable[[str, dict[str, Any]], list[str]]
+) -> list[str]:
+    """What is wrong with one video's entry of an annotation file keyed by video id.
+
+    The checks every such source shares (an object, with a positive ``duration`` in seconds), then the
+    source's own: ``fields(where, entry)``, ``where`` being ``"video '<key>', field"`` for its messages.
+    """
+    if not isinstance(entry, dict):
+        return [f"video {key!r}: expected an object"]
+    where = f"video {key!r}, field"
+    problems = []
+    if not is_number(entry.get("duration")) or entry["duration"] <= 0:
+        problems.append(f"{where} 'duration': expected a positive number of seconds")
+    return problems + fields(where, entry)

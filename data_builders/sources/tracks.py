@@ -34,7 +34,6 @@ one object is annotated, so nothing is counted and no object is compared with an
 from __future__ import annotations
 
 import configparser
-import inspect
 import json
 import re
 from collections.abc import Callable
@@ -47,6 +46,7 @@ from PIL import Image
 from core.checks import is_list_of, is_number
 from core.errors import ConfigError, DataError
 from core.files import read_json_object, write_json_atomic
+from data_builders.sources.registry import call_reader
 
 TRACK_FIELDS = ("video_id", "video_path", "fps", "duration", "width", "height", "objects")
 _ABSENCE_FILES = ("absence.label", "absent.txt", "full_occlusion.txt", "out_of_view.txt")
@@ -309,14 +309,7 @@ def read_tracks(
     Raises:
         ConfigError: an unknown format or an option its reader does not take.
     """
-    reader = TRACK_FORMATS.get(source_format)
-    if reader is None:
-        raise ConfigError(f"unknown track format {source_format!r}; choose one of {sorted(TRACK_FORMATS)}")
-    accepted = [n for n, p in inspect.signature(reader).parameters.items() if p.kind is p.KEYWORD_ONLY]
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise ConfigError(f"track format {source_format!r} takes no option(s) {unknown}; it takes {accepted}")
-    return reader(root, videos_out, **options)
+    return call_reader(TRACK_FORMATS, "track format", source_format, root, videos_out, **options)
 
 
 def frames_visible(track: dict[str, Any], obj: dict[str, Any]) -> np.ndarray:

@@ -22,6 +22,7 @@ from data_builders.sources.captions import (
     CaptionedVideo,
     clean_sentence,
     segment_problem,
+    video_entry_problems,
     within_video,
 )
 from data_builders.sources.videos import VideoFinder
@@ -55,7 +56,9 @@ def load_youcook2(
     database = read_json_object(path, "YouCook2 annotations").get("database")
     if not isinstance(database, dict):
         raise DataError(str(path), "expected an object of videos", field="database")
-    problems = [p for vid, entry in database.items() for p in _entry_problems(vid, entry)]
+    problems = [
+        p for vid, entry in database.items() for p in video_entry_problems(vid, entry, _recipe_problems)
+    ]
     if problems:
         raise DataErrors(path, problems)
     finder, videos, quarantined = VideoFinder(videos_dir), [], []
@@ -87,13 +90,9 @@ def _subsets(subset: str | Sequence[str] | None) -> set[str] | None:
     raise ConfigError(f"subset must be a subset name or a list of them, got {subset!r}")
 
 
-def _entry_problems(vid: str, entry: Any) -> list[str]:
-    where = f"video {vid!r}, field"
-    if not isinstance(entry, dict):
-        return [f"video {vid!r}: expected an object"]
+def _recipe_problems(where: str, entry: dict[str, Any]) -> list[str]:
+    """Problems of an entry's subset, recipe type and annotations (see :func:`video_entry_problems`)."""
     problems = []
-    if not is_number(entry.get("duration")) or entry["duration"] <= 0:
-        problems.append(f"{where} 'duration': expected a positive number of seconds")
     if not is_string(entry.get("subset")):
         problems.append(f"{where} 'subset': expected a string")
     if not isinstance(entry.get("recipe_type"), str | int) or isinstance(entry.get("recipe_type"), bool):

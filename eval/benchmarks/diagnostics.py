@@ -29,14 +29,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from core.config import EvalConfig
 from core.decoding import MediaSpec
 from core.sample import Part, Sample, Turn
 from data_builders.visual_prompts import PROMPT_NOUNS
 from data_builders.vp_variants import TargetsUnavailable, load_targets, target_phrase
 from eval.answers import official_correct, tolerant_letter
 from eval.benchmarks import v2p
-from eval.benchmarks.base import Benchmark, Derived, Meta
+from eval.benchmarks.base import Benchmark, Derived, Meta, SummaryContext
 
 Z_OPTION = "Z: the video does not provide enough information"
 Z_LETTERS = "ABCDZ"  # option letters when the Z option is offered
@@ -200,23 +199,23 @@ def _trim(groups: list[list[Sample]]) -> list[str]:
 # Derivations: V2P items -> the diagnostic's items
 
 
-def _blind_items(samples: list[Sample], cfg: EvalConfig) -> Derived:
+def _blind_items(samples: list[Sample], settings: v2p.V2PSettings) -> Derived:
     return Derived([blind(s) for s in samples])
 
 
-def _z_items(samples: list[Sample], cfg: EvalConfig) -> Derived:
+def _z_items(samples: list[Sample], settings: v2p.V2PSettings) -> Derived:
     return Derived([with_z_option(s) for s in samples])
 
 
-def _shuffled_items(samples: list[Sample], cfg: EvalConfig) -> Derived:
-    shuffled, left_out = shuffle_pairs(samples, cfg.diagnostics_seed)
+def _shuffled_items(samples: list[Sample], settings: v2p.V2PSettings) -> Derived:
+    shuffled, left_out = shuffle_pairs(samples, settings.shuffle_seed)
     return Derived(
-        shuffled, {"seed": cfg.diagnostics_seed, "n_left_out": len(left_out), "left_out": left_out}
+        shuffled, {"seed": settings.shuffle_seed, "n_left_out": len(left_out), "left_out": left_out}
     )
 
 
-def _text_prompt_items(samples: list[Sample], cfg: EvalConfig) -> Derived:
-    built, info = _text_prompt_benchmark(samples, cfg.v2p_root)
+def _text_prompt_items(samples: list[Sample], settings: v2p.V2PSettings) -> Derived:
+    built, info = _text_prompt_benchmark(samples, settings.root)
     return Derived(built or [], info)
 
 
@@ -262,26 +261,25 @@ def text_vs_visual(visual: Iterable[dict], text: Iterable[dict]) -> dict[str, An
     }
 
 
-def summary_entry(
-    info: dict[str, dict[str, Any]], scored: dict[str, dict[str, list[dict]]], media: MediaSpec
-) -> dict[str, dict[str, Any]]:
-    """The summary's ``diagnostics`` entry: per diagnostic what was left out (or why it was skipped), the
-    frame count behind the hack ratio, and text- vs visual-prompt accuracy per model.
+def _derived_summary(context: SummaryContext) -> dict[str, Any]:
+    """The diagnostic's account of its items (what was left out, or why it was skipped)."""
+    return {"derived": dict(context.info)}
 
-    Args:
-        info: per diagnostic benchmark, what its derivation said.
-        scored: per model name (the baseline first), its scored records per benchmark.
-        media: the run's media spec.
-    """
-    entry = {bench: dict(found) for bench, found in info.items()}
-    if "v2p_shuffled" in entry:
-        entry["v2p_shuffled"]["frames"] = _frame_count(media)
-    if "v2p_text_prompt" in entry and "skipped" not in entry["v2p_text_prompt"]:
-        entry["v2p_text_prompt"]["text_vs_visual"] = {
-            name: text_vs_visual(results.get("v2p", []), results.get("v2p_text_prompt", []))
-            for name, results in scored.items()
-        }
-    return entry
+
+def _shuffled_summary(context: SummaryContext) -> dict[str, Any]:
+    """... and the frame count behind the hack ratio (it holds for one frame count)."""
+    return {"derived": {**context.info, "frames": _frame_count(context.media)}}
+
+
+def _text_prompt_summary(context: SummaryContext) -> dict[str, Any]:
+    """... and text- vs visual-prompt accuracy on the same items, per model."""
+    if "skipped" in context.info:
+        return _derived_summary(context)
+    pairs = {
+        name: text_vs_visual(results.get("v2p", []), results.get("v2p_text_prompt", []))
+        for name, results in context.scored.items()
+    }
+    return {"derived": {**context.info, "text_vs_visual": pairs}}
 
 
 def _frame_count(media: MediaSpec) -> int | str:
@@ -289,6 +287,85 @@ def _frame_count(media: MediaSpec) -> int | str:
     if media.num_frames is not None:
         return media.num_frames
     return f"{media.fps:g} fps, at most {media.max_frames}"
+
+
+def _text_prompt_logged(entry: dict[str, Any], name: str) -> dict[str, float]:
+    """Text- and visual-prompt accuracy on the same items, for the model."""
+    paired = entry.get("derived", {}).get("text_vs_visual", {}).get(name)
+    if not paired or not paired["n"]:
+        return {}
+    return {
+        "v2p_text_prompt/same_items/text_prompt": paired["text_prompt"],
+        "v2p_text_prompt/same_items/visual_prompt": paired["visual_prompt"],
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
+# The report's line per diagnostic: its numbers (reference -> last model) and what they mean
+
+
+def _report_line(name: str, show_numbers: Callable[[dict[str, Any], Callable[[str], str], tuple], str]):
+    """The ``report_lines`` hook of the diagnostic ``name``, whose numbers ``show_numbers(entry, show,
+    models)`` says."""
+
+    def lines(entry: dict[str, Any], models: tuple[str, str | None]) -> list[str]:
+        title, meaning = DESCRIPTIONS[name]
+        info = entry.get("derived", {})
+        if "skipped" in info:
+            return [f"- **{title}** (`{name}`): {info['skipped']}."]
+        show = _shown(entry.get("metrics", {}), models[1])
+        left_out = f" {info['n_left_out']} item(s) left out." if info.get("n_left_out") else ""
+        numbers = show_numbers(entry, show, models)
+        return [f"- **{title}** (`{name}`, {info.get('n_items', 0)} items): {numbers}.{left_out} *{meaning}*"]
+
+    return lines
+
+
+def _shown(metrics: dict[str, Any], last: str | None) -> Callable[[str], str]:
+    def show(key: str) -> str:
+        metric = metrics.get(key)
+        if metric is None:
+            return "–"
+        values = [_percent(metric["baseline"])]
+        if last:
+            point = metric["checkpoints"].get(last)
+            values.append(_percent(point["value"] if point else None))
+        return " → ".join(values)
+
+    return show
+
+
+def _percent(value: float | None) -> str:
+    return "–" if value is None else f"{round(value * 100, 1) + 0.0:.1f}"
+
+
+def _accuracy_numbers(entry, show, models) -> str:
+    return f"accuracy {show('accuracy')}"
+
+
+def _z_numbers(entry, show, models) -> str:
+    return f"accuracy {show('accuracy')}, Z chosen {show('z_rate')}"
+
+
+def _shuffled_numbers(entry, show, models) -> str:
+    buckets = [b for b in v2p.DURATIONS if f"hack_ratio/duration/{b}" in entry.get("metrics", {})]
+    by_bucket = ", ".join(f"{b} {show(f'hack_ratio/duration/{b}')}" for b in buckets)
+    frames = entry.get("derived", {}).get("frames", "?")
+    return (
+        f"refusal (Z) {show('refusal_rate')}, hack ratio {show('hack_ratio')} ({by_bucket}) "
+        f"at {frames} frames per video"
+    )
+
+
+def _text_prompt_numbers(entry, show, models) -> str:
+    pairs = entry.get("derived", {}).get("text_vs_visual", {})
+    shown = [
+        f"{name}: text {_percent(pair['text_prompt'])} vs visual {_percent(pair['visual_prompt'])}"
+        for name, pair in pairs.items()
+        if name in models and pair["n"]
+    ]
+    n = max((pair["n"] for pair in pairs.values()), default=0)
+    return f"on the same {n} items, " + ("; ".join(shown) or "–")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -323,12 +400,24 @@ def _duration_only(meta: Meta) -> dict[str, str]:
     return {"duration": v2p.duration_bucket(float(meta["duration"]))}  # the hack ratio is read by bucket
 
 
-def _shuffled_settings(cfg: EvalConfig) -> dict[str, Any]:
-    return {**v2p.settings(cfg), "diagnostics_seed": cfg.diagnostics_seed}
+def _shuffled_made_with(settings: v2p.V2PSettings) -> dict[str, Any]:
+    # Recorded under its earlier name (eval.diagnostics_seed), so results stamped before keep their stamp.
+    return {**v2p.made_with(settings), "diagnostics_seed": settings.shuffle_seed}
 
 
-def _diagnostic(name: str, derive, score=v2p.score, categories=v2p.categories, settings=v2p.settings):
-    """A benchmark derived from V2P's items (same generation, same reports)."""
+def _diagnostic(
+    name: str,
+    derive,
+    numbers=_accuracy_numbers,
+    score=v2p.score,
+    categories=v2p.categories,
+    made_with=v2p.made_with,
+    metric_order=v2p.V2P.metric_order,
+    summary=_derived_summary,
+    logged=None,
+) -> Benchmark:
+    """A benchmark derived from V2P's items (same generation and settings, same reports), with its line in
+    the report's Diagnostics section."""
     return Benchmark(
         name=name,
         version=1,
@@ -337,20 +426,41 @@ def _diagnostic(name: str, derive, score=v2p.score, categories=v2p.categories, s
         derive=derive,
         score=score,
         categories=categories,
+        made_with=made_with,
         max_new_tokens=v2p.max_new_tokens,
-        settings=settings,
+        metric_order=metric_order,
         category_order=v2p.CATEGORY_ORDER,
+        summary=summary,
+        report_lines=_report_line(name, numbers),
+        **({"logged": logged} if logged else {}),
     )
 
 
 V2P_BLIND = _diagnostic("v2p_blind", _blind_items)
-V2P_Z = _diagnostic("v2p_z", _z_items, score=score_with_z)
-V2P_SHUFFLED = _diagnostic(
-    "v2p_shuffled", _shuffled_items, score_shuffled, _duration_only, settings=_shuffled_settings
+V2P_Z = _diagnostic(
+    "v2p_z",
+    _z_items,
+    _z_numbers,
+    score=score_with_z,
+    metric_order=("accuracy", "accuracy_tolerant", "z_rate", "z_rate_tolerant"),
 )
-V2P_TEXT_PROMPT = _diagnostic("v2p_text_prompt", _text_prompt_items)
-
-
+V2P_SHUFFLED = _diagnostic(
+    "v2p_shuffled",
+    _shuffled_items,
+    _shuffled_numbers,
+    score=score_shuffled,
+    categories=_duration_only,
+    made_with=_shuffled_made_with,
+    metric_order=("refusal_rate", "refusal_rate_tolerant", "hack_ratio", "hack_ratio_tolerant"),
+    summary=_shuffled_summary,
+)
+V2P_TEXT_PROMPT = _diagnostic(
+    "v2p_text_prompt",
+    _text_prompt_items,
+    _text_prompt_numbers,
+    summary=_text_prompt_summary,
+    logged=_text_prompt_logged,
+)
 # ---------------------------------------------------------------------------------------------------
 # Helpers
 

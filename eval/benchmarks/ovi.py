@@ -2,17 +2,19 @@
 
 Multiple-choice items are scored by rule: ``ma`` (the right continuation chosen) and ``ca`` (the
 interruption type named). Open-ended items are scored by the LLM judge on the metrics of
-``eval/rubrics.py`` that apply to their interruption type; with ``eval.ovi_protocol=simulated`` the model
-answers in its own words, is cut off at the interruption and reacts (``eval/ovi_simulation.py``).
+``eval/rubrics.py`` that apply to their interruption type; under ``eval.settings.ovi.protocol=simulated``
+(the default) the model answers in its own words, is cut off at the interruption and reacts
+(``eval/ovi_simulation.py``).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.config import EvalConfig, OviProtocol
+from core.config import OviProtocol
 from core.errors import ConfigError
 from core.sample import Sample
 from core.vocab import INTERRUPTION_TYPES, PAPER_MIX
@@ -20,14 +22,30 @@ from data_builders.ovi_format import load_ovibench
 from eval.answers import parse_ovi_mcq
 from eval.benchmarks.base import Benchmark, Meta
 from eval.ovi_simulation import DEFAULT_TOKENS_PER_SECOND, MIN_CUT_TOKENS
-from eval.rubrics import metrics_for
+from eval.radar import write_radar
+from eval.rubrics import BINARY, METRICS, metrics_for
+from eval.summary_schema import reference_name
 
 
-def load(cfg: EvalConfig) -> list[Sample]:
+@dataclass
+class OviSettings:
+    """``eval.settings.ovi``: the benchmark directory, the protocol and the answers' lengths."""
+
+    root: str | None = None  # an OVIBench directory (ovibench.jsonl, videos/)
+    protocol: OviProtocol = OviProtocol.simulated  # the paper's; teacher_forced is a cheaper proxy
+    max_new_tokens: int = 64  # multiple-choice answers ("B (Correction)")
+    max_new_tokens_open: int = 128  # open-ended reactions (batched apart, so MCQ batches stay short)
+
+
+# The judge's 1-10 scores: means, not proportions.
+GRADED_METRICS = frozenset(name for name, metric in METRICS.items() if metric.scale != BINARY)
+
+
+def load(settings: OviSettings) -> list[Sample]:
     """The benchmark's items (validated; bad rows raise naming the file, line and field)."""
-    if not cfg.ovi_root:
-        raise ConfigError("eval.ovi_root is not set (an OVIBench directory)")
-    return load_ovibench(cfg.ovi_root)
+    if not settings.root:
+        raise ConfigError("eval.settings.ovi.root is not set (an OVIBench directory)")
+    return load_ovibench(settings.root)
 
 
 def is_open(meta: Meta) -> bool:
@@ -51,24 +69,24 @@ def categories(meta: Meta) -> dict[str, str]:
     return found
 
 
-def max_new_tokens(meta: Meta, cfg: EvalConfig) -> int:
+def max_new_tokens(meta: Meta, settings: OviSettings) -> int:
     """Open-ended reactions need sentences; a choice, a few tokens."""
-    return cfg.max_new_tokens_open if is_open(meta) else cfg.max_new_tokens
+    return settings.max_new_tokens_open if is_open(meta) else settings.max_new_tokens
 
 
 def judged_metrics(meta: Meta) -> list[str]:
     return metrics_for(meta["interruption_type"]) if is_open(meta) else []
 
 
-def simulated(meta: Meta, cfg: EvalConfig) -> bool:
-    return is_open(meta) and cfg.ovi_protocol == OviProtocol.simulated
+def simulated(meta: Meta, settings: OviSettings) -> bool:
+    return is_open(meta) and settings.protocol == OviProtocol.simulated
 
 
-def notes(cfg: EvalConfig) -> dict[str, Any]:
+def notes(settings: OviSettings) -> dict[str, Any]:
     """The protocol, named in every output (the teacher-forced proxy is logged apart from the paper's),
     and the phrase banks the set was built with, when its ``build_info.json`` records them."""
-    found: dict[str, Any] = _phrasings(cfg.ovi_root)
-    if cfg.ovi_protocol == OviProtocol.simulated:
+    found: dict[str, Any] = _phrasings(settings.root)
+    if settings.protocol == OviProtocol.simulated:
         protocol = "simulated: the paper's offline simulation (the model's own answer, interrupted)"
         return {"protocol": protocol, **found}
     protocol = (
@@ -87,14 +105,31 @@ def _phrasings(root: str | None) -> dict[str, Any]:
     return {"phrasings": {**phrasings, "rows": built.get("by_phrasing", {})}} if phrasings else {}
 
 
-def settings(cfg: EvalConfig) -> dict[str, Any]:
+def radar(summary: dict[str, Any], out_dir: Path) -> list[str]:
+    """The radar plot per interruption type (``eval.radar``), drawn beside the report, and its lines."""
+    plot = write_radar(summary, out_dir)
+    if plot is None:
+        return []
+    reference, last = reference_name(summary), summary.get("checkpoints")
+    compared = f"{reference} vs {last[-1]['name']}" if last else reference
+    return [
+        f"### OVIBench per interruption type ({compared})",
+        "",
+        "CA and the judged metrics, each scaled to 0–1 (1–10 scores as (score − 1) / 9).",
+        "",
+        f"![OVIBench radar plot per interruption type]({plot.name})",
+        "",
+    ]
+
+
+def made_with(settings: OviSettings) -> dict[str, Any]:
     """Generation lengths and the protocol; under simulation, how the answer is cut."""
     recorded: dict[str, Any] = {
-        "max_new_tokens": cfg.max_new_tokens,
-        "max_new_tokens_open": cfg.max_new_tokens_open,
-        "ovi_protocol": str(cfg.ovi_protocol),
+        "max_new_tokens": settings.max_new_tokens,
+        "max_new_tokens_open": settings.max_new_tokens_open,
+        "ovi_protocol": str(settings.protocol),  # the name results were stamped with before settings nodes
     }
-    if cfg.ovi_protocol == OviProtocol.simulated:
+    if settings.protocol == OviProtocol.simulated:
         recorded.update(
             ovi_cut="interruption_time",
             ovi_tokens_per_second=DEFAULT_TOKENS_PER_SECOND,
@@ -110,9 +145,13 @@ OVI = Benchmark(
     load=load,
     score=score,
     categories=categories,
+    made_with=made_with,
+    settings_class=OviSettings,
     max_new_tokens=max_new_tokens,
-    settings=settings,
     headline=("ma", "ca"),
+    graded=GRADED_METRICS,
+    # rule-scored rates, the judge's rates, its 1-10 scores (ca_open, the judge's class, after them)
+    metric_order=("ma", "ca", "iac", "ifa", "tfs", "ves", "cfs", "ccs"),
     category_order={"type": INTERRUPTION_TYPES, "phrasing": ("eval", "paraphrased", "train")},
     # The paper's overall numbers (Table 2) are means weighted by its type mix, matching its per-type Tables
     # 12-14 (e.g. Doubao CFS (1.69 + 2 * 8.73 + 1.92) / 4).
@@ -120,4 +159,6 @@ OVI = Benchmark(
     judged_metrics=judged_metrics,
     simulated=simulated,
     notes=notes,
+    figures=radar,
+    synthetic="ovibench",
 )

@@ -7,9 +7,10 @@ and prompt shape. Overall and per-category values are micro averages over items.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from core.config import EvalConfig
+from core.config import InputOrder
 from core.errors import ConfigError
 from core.sample import Sample
 from data_builders.v2p_format import DIMENSIONS, load_v2p_release
@@ -30,11 +31,22 @@ MEDIUM_MAX_S = 1800.0
 DURATIONS = ("short", "medium", "long")
 
 
-def load(cfg: EvalConfig) -> list[Sample]:
+@dataclass
+class V2PSettings:
+    """``eval.settings.v2p``: the release, and how its items are asked (the diagnostics derived from V2P's
+    items read these too)."""
+
+    root: str | None = None  # a V2P-Bench release directory (dataset_info.jsonl, videos/, frames/)
+    input_order: InputOrder = InputOrder.official  # where the visual-prompt frame goes in the user turn
+    max_new_tokens: int = 64  # the official script's
+    shuffle_seed: int = 0  # v2p_shuffled: which video each question is paired with
+
+
+def load(settings: V2PSettings) -> list[Sample]:
     """The release's items (validated; bad rows raise naming the file, line and field)."""
-    if not cfg.v2p_root:
-        raise ConfigError("eval.v2p_root is not set (a V2P-Bench release directory)")
-    return load_v2p_release(cfg.v2p_root, input_order=cfg.input_order)
+    if not settings.root:
+        raise ConfigError("eval.settings.v2p.root is not set (a V2P-Bench release directory)")
+    return load_v2p_release(settings.root, input_order=settings.input_order)
 
 
 def score(prediction: str, meta: Meta) -> dict[str, float]:
@@ -83,12 +95,12 @@ def task_group(label: str) -> str:
     return UNKNOWN
 
 
-def max_new_tokens(meta: Meta, cfg: EvalConfig) -> int:
-    return cfg.max_new_tokens
+def max_new_tokens(meta: Meta, settings: V2PSettings) -> int:
+    return settings.max_new_tokens
 
 
-def settings(cfg: EvalConfig) -> dict[str, Any]:
-    return {"max_new_tokens": cfg.max_new_tokens, "input_order": str(cfg.input_order)}
+def made_with(settings: V2PSettings) -> dict[str, Any]:
+    return {"max_new_tokens": settings.max_new_tokens, "input_order": str(settings.input_order)}
 
 
 CATEGORY_ORDER = {
@@ -105,8 +117,11 @@ V2P = Benchmark(
     load=load,
     score=score,
     categories=categories,
+    made_with=made_with,
+    settings_class=V2PSettings,
     max_new_tokens=max_new_tokens,
-    settings=settings,
     headline=("accuracy",),
+    metric_order=("accuracy", "accuracy_tolerant"),
     category_order=CATEGORY_ORDER,
+    synthetic="v2p_bench",
 )
