@@ -1,7 +1,7 @@
 """OVIBench's interruption simulation: continuing from the key/value cache against re-encoding everything.
 
 One synthetic OVI item (a 20 s video, question at t_q = 16 s, interruption at t_i = 19 s, so 9 answer tokens
-at 3 tokens/s) run through ``eval.ovi_simulation.simulate_interruption`` both ways on the tiny Qwen2.5-VL.
+at 3 tokens/s) run through ``models.ovi_simulation.simulate_interruption`` both ways on the tiny Qwen2.5-VL.
 Steps (a)+(b) (prompt and the model's own answer up to the cut) are the same in both; the table times
 steps (c)+(d): appending the interruption turn with the frames of (t_q, t_i] and decoding the reaction.
 The cached run encodes only the appended tokens; the re-run encodes the whole conversation again,
@@ -16,17 +16,15 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import torch
-from common import median, print_table, quickstart_config
+from common import median, print_table, tiny_model_for_inference
 
 from core.decoding import MediaSpec
 from core.media import FrameCache
 from core.sample import Sample
 from core.video_io import write_mp4
 from data_builders.ovi_format import ovi_row_to_sample
-from eval.ovi_simulation import SimulationResult, simulate_interruption
 from models.chat import VideoChatAdapter
-from models.loading import load_model
+from models.ovi_simulation import SimulationResult, simulate_interruption
 
 REPEATS = 7  # timed runs per implementation, alternating
 REACTION_TOKENS = 32
@@ -96,9 +94,7 @@ def measure(model, adapter: VideoChatAdapter, sample: Sample) -> list[str]:
 
 
 def main() -> None:
-    torch.manual_seed(0)
-    model, processor = load_model(quickstart_config().model)
-    model.eval()
+    model, processor = tiny_model_for_inference()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         sample = ovi_item(Path(tmp))

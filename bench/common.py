@@ -120,6 +120,15 @@ def fresh_model(cfg: TrainConfig) -> torch.nn.Module:
     return apply_peft(model, cfg.peft).train()
 
 
+def tiny_model_for_inference() -> tuple[torch.nn.Module, object]:
+    """The quickstart's tiny model (built once) in eval mode, and its processor, the global RNG seeded."""
+    from models.loading import load_model
+
+    torch.manual_seed(0)
+    model, processor = load_model(quickstart_config().model)
+    return model.eval(), processor
+
+
 def fixed_batch(setup: Setup, size: int) -> dict:
     """The first ``size`` training samples rendered and collated exactly as the Trainer's collator does."""
     from train.data import Collator, SampleDataset

@@ -154,6 +154,7 @@ class StageMethod(Choice):
     sft = "sft"  # supervised fine-tuning on data.train's samples
     dpo = "dpo"  # DPO (TRL's DPOTrainer) on preference pairs made from data.train's OVI samples
     kto = "kto"  # KTO (TRL's KTOTrainer) on the same pairs unpaired: right and wrong reactions, labelled
+    grpo = "grpo"  # GRPO on data.train's prompts with verifiable rewards (train/grpo.py)
 
 
 # TRL's DPOConfig.loss_type values, as TRL names them.
@@ -170,6 +171,65 @@ DpoLoss = Choice(
 )  # fmt: skip
 
 
+class GrpoLoss(Choice):
+    """How GRPO's per-token losses are averaged (TRL's ``GRPOConfig.loss_type``)."""
+
+    grpo = "grpo"  # each completion's token mean, averaged over completions (the paper's)
+    dapo = "dapo"  # the token sum over every token of the batch (TRL's default; no length bias)
+    dr_grpo = "dr_grpo"  # the token sum over completions x max_completion_length
+    bnpo = "bnpo"  # the batch's token mean
+
+
+class ImportanceSampling(Choice):
+    """Where GRPO's importance ratio is taken (TRL's ``importance_sampling_level``)."""
+
+    token = "token"  # per token (GRPO)
+    sequence = "sequence"  # one per completion, its tokens' mean log-ratio (GSPO)
+
+
+class RewardScale(Choice):
+    """How GRPO's advantages are scaled (TRL's ``scale_rewards``)."""
+
+    group = "group"  # by the standard deviation of the prompt's group
+    batch = "batch"  # by the batch's
+    none = "none"  # not at all (Dr. GRPO)
+
+
+class V2pForm(Choice):
+    """How V2P items are asked during GRPO."""
+
+    open = "open"  # without options, answered in words, rewarded by rule (VideoSeeker: MCQ-only RL collapsed)
+    mcq = "mcq"  # with options, the letter rewarded by the official rule
+
+
+@dataclass
+class GrpoConfig:
+    """``stage.grpo``: GRPO's settings, named as TRL's ``GRPOConfig`` names them (train/grpo.py)."""
+
+    num_generations: int = 8  # completions per prompt (G; TRL's default)
+    beta: float = 0.04  # the KL weight against the reference (the start model): the GRPO paper's; TRL's is 0
+    epsilon: float = 0.2  # the clip range's lower side, 1 - epsilon
+    epsilon_high: float | None = None  # its upper side, 1 + epsilon_high (DAPO: 0.28); null: epsilon
+    loss_type: GrpoLoss = GrpoLoss.dapo  # TRL's default
+    importance_sampling_level: ImportanceSampling = ImportanceSampling.token
+    scale_rewards: RewardScale = RewardScale.group
+    temperature: float = 1.0  # sampling temperature (the log-probabilities are of the same distribution)
+    max_completion_length: int = 32  # tokens per completion
+    mask_truncated_completions: bool = False  # completions cut by the length limit carry no loss
+    # the rewards (train/rewards.py REWARDS) and their weights in each completion's total; a reward that does
+    # not apply to an item is left out of its mean
+    rewards: dict[str, float] = field(
+        default_factory=lambda: {
+            "v2p_letter": 1.0, "v2p_format": 0.2, "v2p_words": 1.0, "ovi_cancellation": 1.0,
+            "ovi_false_trigger": 1.0, "ovi_correction": 1.0, "ovi_ma": 1.0, "ovi_ca": 1.0, "ovi_judge": 1.0,
+        }
+    )  # fmt: skip
+    v2p_forms: list[V2pForm] = field(default_factory=lambda: [V2pForm.open])  # how V2P items are asked
+    # An LLM judge's reward for open OVI reactions (train/judge_reward.py; weight: rewards.ovi_judge), the
+    # evaluation's judge settings; backend none (the default): off
+    judge: JudgeConfig = field(default_factory=lambda: JudgeConfig(cache="${run_dir}/grpo_judge_cache.jsonl"))
+
+
 @dataclass
 class StageConfig:
     """The training stage (``method``). The post-SFT stages (``dpo``, ``kto``; train/preference.py) train
@@ -177,12 +237,13 @@ class StageConfig:
     one) made from data.train's OVI samples, or read from pair datasets (``builder=preference``), mixed by
     ``data.weights`` as SFT datasets are; ``kto`` on the same pairs unpaired. The reference is the starting
     model (LoRA: the adapter switched off); the held-out pairs (the ``ovi_pairs`` benchmark) report the
-    implicit reward at ``beta``."""
+    implicit reward at ``beta``. ``grpo`` (train/grpo.py) samples completions of data.train's items and
+    trains on verifiable rewards (train/rewards.py), with ``stage.grpo``'s settings."""
 
     method: StageMethod = StageMethod.sft
-    # dpo, kto: an SFT run's checkpoint to start from (a LoRA adapter is merged into model.name_or_path once,
-    # under <run_dir>/start_model; a full checkpoint is used as it is); it is then the run's base and
-    # baseline. null: the base itself.
+    # dpo, kto, grpo: an SFT run's checkpoint to start from (a LoRA adapter is merged into
+    # model.name_or_path once, under <run_dir>/start_model; a full checkpoint is used as it is); it is then
+    # the run's base and baseline. null: the base itself.
     start_from: str | None = None
     beta: float = 0.1  # DPO's and KTO's beta: how far the policy may move from the reference
     # dpo: TRL's DPOConfig.loss_type values, summed: [sigmoid] is DPO, [ipo] IPO, [sigmoid, sft] adds the
@@ -191,6 +252,7 @@ class StageConfig:
     # which pairs train (held-out metrics report both): open (the reaction itself) and/or mcq (the answer
     # letter and type over a wrong option's, which keeps the MCQ answer format trained)
     pair_forms: list[ItemForm] = field(default_factory=lambda: [ItemForm.open, ItemForm.mcq])
+    grpo: GrpoConfig = field(default_factory=GrpoConfig)  # grpo: its settings
 
 
 # When a training's baseline and checkpoints are evaluated. inline: by the training itself, before step 1
@@ -212,7 +274,7 @@ class OviProtocol(Choice):
 
     teacher_forced = "teacher_forced"  # the dataset's partial answer is given as the model's turn
     # The model's own answer, cut at interruption_time at 3 tokens/s, then the interruption turn continued
-    # from the key/value cache (eval/ovi_simulation.py).
+    # from the key/value cache (models/ovi_simulation.py).
     simulated = "simulated"
 
 

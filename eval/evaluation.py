@@ -25,7 +25,7 @@ from core.config import EvalConfig
 from core.decoding import MediaSpec
 from core.files import JsonlStore, write_json_atomic
 from core.media import FrameCache, check_media
-from core.metric_logging import MetricLogger
+from core.metric_logging import METRICS_FILE, MetricLogger
 from core.run import Run
 from core.rundir import RunDir
 from core.sample import Sample
@@ -39,6 +39,7 @@ from eval.predictor import NotServed, Predictor
 from eval.results_cache import ResultsCache, Weights, item_fingerprint
 from eval.scored import scored_record
 from eval.served import ENGINE
+from eval.training_curves import training_curves
 from models.chat import chat_format_for, follows_on
 from models.loading import resolve_dtype
 
@@ -237,6 +238,9 @@ class Evaluation:
             "quarantine": self._quarantine(),
             "judge": judge_summary(self.judge, self.cfg.judge.metrics),
         }
+        curves = training_curves(self.run_dir.path / METRICS_FILE)
+        if curves:
+            extra["training"] = curves
         described = {bench: self._described(suite, scored) for bench, suite in self.suites.items()}
         for name, results in stored.items():
             for bench, why in results.left_out.items():

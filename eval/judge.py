@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.answers import interruption_type_named, strip_thinking
 from core.files import JsonlStore
 from core.text_models import TextModel, TextModelError
-from eval.answers import interruption_type_named, strip_thinking
 from eval.rubrics import (
     BINARY,
     METRICS,

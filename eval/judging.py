@@ -27,8 +27,9 @@ NO_JUDGE = "not configured: open-ended OVI items are generated and kept, but not
 GIVE_UP_AFTER = 20
 
 
-def make_judge(cfg: JudgeConfig, run_dir: str | Path) -> Judge | None:
-    """The configured LLM judge, or None for ``backend: none``.
+def make_judge(cfg: JudgeConfig, run_dir: str | Path, key: str = "judge") -> Judge | None:
+    """The configured LLM judge, or None for ``backend: none``; ``key``: where ``cfg`` sits in the config
+    (named in errors).
 
     A literal ``${run_dir}`` in ``cfg.cache`` (a config built in Python rather than composed by Hydra)
     is replaced by ``run_dir``.
@@ -40,8 +41,8 @@ def make_judge(cfg: JudgeConfig, run_dir: str | Path) -> Judge | None:
         try:
             get_metric(name)
         except ValueError as err:
-            raise ConfigError(f"judge.metrics: {err}") from err
-    model = make_text_model(cfg, "judge")
+            raise ConfigError(f"{key}.metrics: {err}") from err
+    model = make_text_model(cfg, key)
     if model is None:
         return None
     cache = cfg.cache.replace("${run_dir}", str(run_dir)) if cfg.cache else None

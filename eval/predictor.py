@@ -15,8 +15,8 @@ from core import distributed
 from core.config import OviProtocol
 from core.errors import UserError
 from core.sample import Sample
-from eval.ovi_simulation import simulate_interruption
 from models.chat import VideoChatAdapter
+from models.ovi_simulation import simulate_interruption
 from models.pairs import completion_batch, completion_logps
 
 

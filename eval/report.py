@@ -24,6 +24,7 @@ from eval.summary_schema import BASELINE_NAME, reference_name
 
 # Top-level summary keys rendered elsewhere than in the settings list.
 _STRUCTURAL_KEYS = (
+    "training",
     "baseline",
     "checkpoints",
     "benchmarks",
@@ -49,6 +50,7 @@ def render_report(summary: dict[str, Any], figures: dict[str, list[str]] | None 
     lines += _diagnostics_section(summary)
     for benchmark, entry in summary["benchmarks"].items():
         lines += _benchmark_section(summary, benchmark, entry, (figures or {}).get(benchmark, []))
+    lines += _training_section(summary.get("training"))
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -316,3 +318,22 @@ def _p_value(p: float | None) -> str:
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     return lines + ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+
+
+def _training_section(training: dict[str, Any] | None) -> list[str]:
+    """The training's curves (eval.training_curves): one row per window of steps, one column per curve."""
+    if not training:
+        return []
+    names = list(training["curves"])
+    lines = [
+        "## Training",
+        "",
+        "What the trainer logged: each value the mean over the steps after the row above, to the one shown.",
+        "",
+        "| step | " + " | ".join(names) + " |",
+        "|---:|" + "---:|" * len(names),
+    ]
+    for row, step in enumerate(training["steps"]):
+        cells = [training["curves"][name][row] for name in names]
+        lines.append(f"| {step} | " + " | ".join("" if v is None else f"{v:.3f}" for v in cells) + " |")
+    return lines + [""]

@@ -40,11 +40,11 @@ from core.media import load_image, span_specs
 from core.rundir import RunDir
 from core.sample import Part, Sample, Turn
 from core.text_models import EndpointTextModel, TextModelConfig
-from eval.ovi_simulation import interruption_cut
 from eval.predictor import NotServed
 from eval.server_process import launched_server
 from models.chat import VideoChatAdapter
 from models.loading import is_adapter, save_merged
+from models.ovi_simulation import interruption_cut
 
 ENGINE = "served"
 NOT_SERVED = (

@@ -14,10 +14,10 @@ from core.errors import ConfigError
 from core.media import FrameCache
 from core.sample import Sample
 from eval.benchmarks import BENCHMARKS, settings_of
-from eval.ovi_simulation import interruption_cut, prepare_inputs
 from eval.run import resolve
 from eval.run_models import open_models
 from models.chat import Rendered, VideoChatAdapter
+from models.ovi_simulation import interruption_cut, prepare_inputs
 
 
 def show_prompt(cfg: EvalRunConfig, item_id: str) -> str:

@@ -107,6 +107,11 @@ class Summary:
     generation: dict[str, Any] | None = _doc("how answers were generated, over every benchmark", None)
     quarantine: dict[str, dict[str, int]] | None = _doc("items left out (undecodable media), by reason", None)
     judge: str | dict[str, Any] | None = _doc("what judged open-ended items (or that none did)", None)
+    training: dict[str, Any] | None = _doc(
+        "a training run's logged curves (``steps``: each window's last step; ``curves``: loss, and under "
+        "GRPO reward, kl and each ``rewards/<name>/mean``), averaged over up to 10 windows of steps",
+        None,
+    )
     compared: dict[str, str] | None = _doc("``python -m eval compare``: the two results directories", None)
     reference: str | None = _doc("``python -m eval compare``: the first model's label", None)
     not_comparable: list[str] | None = _doc(

@@ -30,9 +30,10 @@ MAY_IMPORT = {
     "launch": {"core"},
 }
 # Where a package may reach into another only through given modules.
-# train: the evaluation, the run's models (assembled once for training and evaluation alike) and the benchmark
-# registry (whose settings dataclasses type the config).
-ONLY_THROUGH = {("train", "eval"): {"eval.evaluation", "eval.run_models", "eval.benchmarks"}}
+# train: the evaluation, the run's models (assembled once for training and evaluation alike), the benchmark
+# registry (whose settings dataclasses type the config) and the judge (GRPO's judge reward is the
+# evaluation's judge).
+ONLY_THROUGH = {("train", "eval"): {"eval.evaluation", "eval.run_models", "eval.benchmarks", "eval.judging"}}
 
 
 def imports(package: str) -> list[tuple[Path, int, str, list[str]]]:

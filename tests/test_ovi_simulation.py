@@ -14,8 +14,8 @@ from core.decoding import MediaSpec
 from core.media import FrameCache
 from core.video_io import write_mp4
 from data_builders.ovi_format import ovi_row_to_sample, write_ovibench
-from eval import greedy, ovi_simulation
-from eval.ovi_simulation import MIN_CUT_TOKENS, interruption_cut, prepare_inputs, simulate_interruption
+from models import greedy, ovi_simulation
+from models.ovi_simulation import MIN_CUT_TOKENS, interruption_cut, prepare_inputs, simulate_interruption
 
 FPS, DURATION = 8.0, 10.0
 REACTION_TOKENS = 12
@@ -170,18 +170,18 @@ def test_the_answer_is_cut_where_configured(tiny, samples, cut):
 def test_an_answer_ending_before_the_cut_is_kept_whole(tiny, samples, monkeypatch):
     model, adapter = tiny
     end = adapter.processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
-    step, steps = greedy.GreedyDecoder._step, {"count": 0}
+    step, steps = greedy.GreedyDecoder.step, {"count": 0}
 
-    def step_then_end(self, token):
+    def step_then_end(self, tokens):
         """The model's own step, except that the 4th answer token is the end of turn."""
-        logits = step(self, token)
+        logits = step(self, tokens)
         steps["count"] += 1
         if steps["count"] == 3:
             logits = logits.clone()
             logits[..., end] = 1e9
         return logits
 
-    monkeypatch.setattr(greedy.GreedyDecoder, "_step", step_then_end)
+    monkeypatch.setattr(greedy.GreedyDecoder, "step", step_then_end)
     cached, rerun = _both(tiny, samples["corr"], max_new_tokens=4, reset=lambda: steps.update(count=0))
     assert cached.cut_tokens == 9 and cached.answer_finished and len(cached.answer_ids) == 3
     assert cached.answer_ids == rerun.answer_ids and cached.reaction_ids == rerun.reaction_ids
@@ -278,7 +278,7 @@ def test_the_appended_video_needs_its_multimodal_positions(tiny, samples, monkey
 
 def test_the_answer_is_the_models_ordinary_greedy_answer(tiny, samples):
     """The hand-written decoding loop gives what ``generate`` gives (media placeholders banned in both;
-    the prompt's last text position is its largest id here, see ``eval.ovi_simulation``)."""
+    the prompt's last text position is its largest id here, see ``models.ovi_simulation``)."""
     model, adapter = tiny
     sample = samples["corr"]
     inputs = prepare_inputs(adapter, sample)

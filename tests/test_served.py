@@ -353,7 +353,7 @@ def test_a_simulation_is_two_requests_cut_at_the_interruption(
     """The answer is asked for with the interruption point's token count as its limit, and whether it
     ended first comes from finish_reason; the reaction is asked with that answer as the assistant turn."""
     from core.config import OviProtocol
-    from eval.ovi_simulation import interruption_cut
+    from models.ovi_simulation import interruption_cut
 
     chat, _ = _adapter(tiny_checkpoint, tmp_path)
     served = ServedModel(

@@ -17,6 +17,7 @@ samples. What was drawn and used is written to ``data_mix.json`` in the run dire
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,9 +155,17 @@ def training_set(
     return TrainingSet(samples, quarantined, mix)
 
 
+def media_kinds(sample: Sample) -> tuple[str, ...]:
+    """The kinds of media a sample holds, e.g. ``("image", "video")``."""
+    kinds = {part.type for turn in sample.turns for part in turn.parts}
+    return tuple(sorted(kinds & {"image", "video"}))
+
+
 class SampleDataset(torch.utils.data.Dataset):
     """Samples rendered for training (frames come from the cache, or are decoded here in dataloader
     workers when the cache is off)."""
+
+    step_key = staticmethod(media_kinds)  # what every rank's batch at one step must share (MediaKindSampler)
 
     def __init__(self, samples: list[Sample], adapter: VideoChatAdapter):
         self.samples = samples
@@ -179,12 +188,6 @@ class Collator:
         return dict(self.adapter.training_batch(rendered))
 
 
-def media_kinds(sample: Sample) -> tuple[str, ...]:
-    """The kinds of media a sample holds, e.g. ``("image", "video")``."""
-    kinds = {part.type for turn in sample.turns for part in turn.parts}
-    return tuple(sorted(kinds & {"image", "video"}))
-
-
 class MediaKindSampler(torch.utils.data.Sampler[int]):
     """A shuffled sample order in which, at every step, every rank's batch holds the same kinds of media.
 
@@ -197,12 +200,19 @@ class MediaKindSampler(torch.utils.data.Sampler[int]):
     The order depends only on ``seed`` and the epoch, so a resumed run sees the same one.
     """
 
-    def __init__(self, samples: list[Sample], batch_size: int, world_size: int, seed: int = 0):
+    def __init__(
+        self,
+        samples: list[Sample],
+        batch_size: int,
+        world_size: int,
+        seed: int = 0,
+        key: Callable[[Sample], tuple] = media_kinds,
+    ):
         self.block = batch_size * world_size
         self.seed, self.epoch = seed, 0
         groups: dict[tuple[str, ...], list[int]] = {}
         for index, sample in enumerate(samples):
-            groups.setdefault(media_kinds(sample), []).append(index)
+            groups.setdefault(key(sample), []).append(index)
         self.groups = [groups[kinds] for kinds in sorted(groups)]
 
     def set_epoch(self, epoch: int) -> None:

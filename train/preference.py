@@ -163,7 +163,9 @@ class PreferenceTrainer(RecipeHooks, DPOTrainer):
     """TRL's DPOTrainer with the recipe's hooks, on pair rows that PairCollator renders."""
 
 
-DPO = Method(training_pairs, dpo_arguments, dpo_batches, PreferenceTrainer, reference=True)
+DPO = Method(
+    training_pairs, dpo_arguments, dpo_batches, PreferenceTrainer, reference=True, implicit_reward=True
+)
 
 
 # -- KTO ---------------------------------------------------------------------------------------------
@@ -221,4 +223,4 @@ class UnpairedTrainer(RecipeHooks, KTOTrainer):
     """TRL's KTOTrainer with the recipe's hooks, on labelled reaction rows that UnpairedCollator renders."""
 
 
-KTO = Method(kto_rows, kto_arguments, kto_batches, UnpairedTrainer, reference=True)
+KTO = Method(kto_rows, kto_arguments, kto_batches, UnpairedTrainer, reference=True, implicit_reward=True)

@@ -33,12 +33,18 @@ from models.qlora import check_qlora
 from models.towers import family_of, is_partitioned, numel, parameters_by_tower
 from train.callbacks import CheckpointEval, LogToMetricLogger
 from train.deepspeed import deepspeed_config, write_deepspeed_config
+from train.grpo import GRPO
 from train.modes import apply_peft
 from train.optim import check_learning_rates, tower_learning_rates
 from train.preference import DPO, KTO, reference_model, with_start_model
 from train.stages import SFT, Method
 
-METHODS: dict[StageMethod, Method] = {StageMethod.sft: SFT, StageMethod.dpo: DPO, StageMethod.kto: KTO}
+METHODS: dict[StageMethod, Method] = {
+    StageMethod.sft: SFT,
+    StageMethod.dpo: DPO,
+    StageMethod.kto: KTO,
+    StageMethod.grpo: GRPO,
+}
 
 
 def training_arguments(
@@ -93,7 +99,7 @@ def resolve(cfg: TrainConfig) -> Run:
         check_qlora(cfg.trainer)
     datasets = synthetic_datasets(cfg.data)
     evaluation = resolve_settings(cfg.eval, datasets)
-    if METHODS[cfg.stage.method].reference and "ovi_pairs" in evaluation.settings:  # trained against one
+    if METHODS[cfg.stage.method].implicit_reward and "ovi_pairs" in evaluation.settings:
         pairs = replace(evaluation.settings["ovi_pairs"], beta=cfg.stage.beta)
         evaluation = replace(evaluation, settings={**evaluation.settings, "ovi_pairs": pairs})
     cfg = replace(cfg, data=with_synthetic_training_data(cfg.data, datasets), eval=evaluation)
@@ -170,6 +176,7 @@ def run(run: Run) -> RunResult:
             data_collator=collator,
             callbacks=callbacks,
             **reference,
+            **method.trainer_kwargs(run, models.chat),
         )
         last = run_dir.latest_checkpoint()
         if last and main:

@@ -28,6 +28,9 @@ class Method:
             collator that renders each batch through the chat adapter.
         trainer: the trainer class (its loop and loss; ``train.trainer.RecipeHooks`` mixed in).
         reference: whether the trainer takes a frozen reference model (a post-SFT stage's starting model).
+        implicit_reward: whether it trains an implicit reward, beta x the log-ratio to the reference (DPO,
+            KTO), which the held-out pairs then report.
+        trainer_kwargs: ``(run, chat adapter) -> what else its trainer takes``.
     """
 
     rows: Callable[[Run, FrameCache], TrainingSet]
@@ -35,6 +38,8 @@ class Method:
     batches: Callable[[TrainingSet, VideoChatAdapter], tuple[Any, Callable]]
     trainer: type
     reference: bool = False
+    implicit_reward: bool = False
+    trainer_kwargs: Callable[[Run, VideoChatAdapter], dict[str, Any]] = lambda run, chat: {}
 
 
 def sft_rows(run: Run, cache: FrameCache) -> TrainingSet:

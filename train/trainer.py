@@ -30,7 +30,7 @@ from accelerate.utils import DistributedType
 from transformers import Trainer
 
 from core.config import TrainerConfig
-from train.data import MediaKindSampler, SampleDataset
+from train.data import MediaKindSampler
 from train.optim import param_groups, tower_learning_rates
 
 TRL_REFERENCE_ADAPTER = "ref"  # the name TRL gives its frozen copy of a PEFT model's adapter
@@ -82,11 +82,11 @@ class RecipeHooks:
 
     def _get_train_sampler(self, train_dataset=None) -> torch.utils.data.Sampler | None:
         dataset = self.train_dataset if train_dataset is None else train_dataset
-        if self.args.world_size == 1 or not isinstance(dataset, SampleDataset):
+        key = getattr(dataset, "step_key", None)  # what the samples of one step across ranks must share
+        if self.args.world_size == 1 or key is None:
             return super()._get_train_sampler(train_dataset)
-        return MediaKindSampler(
-            dataset.samples, self._train_batch_size, self.args.world_size, seed=self.args.data_seed
-        )
+        world, seed = self.args.world_size, self.args.data_seed
+        return MediaKindSampler(dataset.samples, self._train_batch_size, world, seed=seed, key=key)
 
     def _clip_grad_norm(self, model) -> torch.Tensor:
         """The stock clip, on the trainable parameters listed once instead of every parameter every step.

@@ -29,11 +29,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from core.answers import official_correct, tolerant_letter
 from core.decoding import MediaSpec
 from core.sample import Part, Sample, Turn
 from data_builders.visual_prompts import PROMPT_NOUNS
 from data_builders.vp_variants import TargetsUnavailable, load_targets, target_phrase
-from eval.answers import official_correct, tolerant_letter
 from eval.benchmarks import v2p
 from eval.benchmarks.base import Benchmark, Derived, Meta, SummaryContext
 

@@ -4,7 +4,7 @@ Multiple-choice items are scored by rule: ``ma`` (the right continuation chosen)
 interruption type named). Open-ended items are scored by the LLM judge on the metrics of
 ``eval/rubrics.py`` that apply to their interruption type; under ``eval.settings.ovi.protocol=simulated``
 (the default) the model answers in its own words, is cut off at the interruption and reacts
-(``eval/ovi_simulation.py``).
+(``models/ovi_simulation.py``).
 """
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.answers import parse_ovi_mcq
 from core.config import OviProtocol
 from core.errors import ConfigError
 from core.sample import Sample
 from core.vocab import INTERRUPTION_TYPES, PAPER_MIX
 from data_builders.ovi_format import load_ovibench
-from eval.answers import parse_ovi_mcq
 from eval.benchmarks.base import Benchmark, Meta
-from eval.ovi_simulation import DEFAULT_TOKENS_PER_SECOND, MIN_CUT_TOKENS
 from eval.radar import write_radar
 from eval.rubrics import BINARY, METRICS, metrics_for
 from eval.summary_schema import reference_name
+from models.ovi_simulation import DEFAULT_TOKENS_PER_SECOND, MIN_CUT_TOKENS
 
 
 @dataclass

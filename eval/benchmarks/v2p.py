@@ -1,7 +1,7 @@
 """V2P-Bench: multiple-choice questions about what a visual prompt marks on a video frame.
 
 Scored by the official rule (the reply's first character is the answer letter) with the tolerant
-extraction beside it (``eval/answers.py``); reported by dimension, duration bucket, task group, source
+extraction beside it (``core/answers.py``); reported by dimension, duration bucket, task group, source
 and prompt shape. Overall and per-category values are micro averages over items.
 """
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from core.answers import official_correct, tolerant_letter
 from core.config import InputOrder
 from core.errors import ConfigError
 from core.sample import Sample
 from data_builders.v2p_format import DIMENSIONS, load_v2p_release
-from eval.answers import official_correct, tolerant_letter
 from eval.benchmarks.base import Benchmark, Meta
 from eval.benchmarks.shapes import SHAPES, UNKNOWN, prompt_shape
 

@@ -1,6 +1,6 @@
 """Greedy decoding of one conversation with explicit positions and one key/value cache (batch of one).
 
-The OVIBench interruption simulation (``eval.ovi_simulation``) encodes a prompt, decodes the model's
+The OVIBench interruption simulation (``models.ovi_simulation``) encodes a prompt, decodes the model's
 answer, appends a turn to the same cache and decodes again; positions are passed on every forward, so a
 cached continuation and a re-encoding see identical ids. Under ZeRO-3 several ranks decode in step.
 """
@@ -81,13 +81,13 @@ class GreedyDecoder:
                     tokens.append(token)
                 done = stopped or len(tokens) >= limit
             if synced and not distributed.all_true(done):
-                logits = self._idle() if done else self._step(token)
+                logits = self.idle() if done else self.step(torch.tensor([token]))
             elif done:
                 return tokens, stopped
             else:
-                logits = self._step(token)
+                logits = self.step(torch.tensor([token]))
 
-    def _idle(self) -> torch.Tensor:
+    def idle(self) -> torch.Tensor:
         """A forward pass that changes nothing (no cache): it runs the language model's modules as a decode
         step does, so the weight gathers of the ranks still decoding find a partner on this one."""
         ids = torch.zeros((1, 1), dtype=torch.long, device=self.device)
@@ -96,10 +96,12 @@ class GreedyDecoder:
         out = self.model(input_ids=ids, position_ids=position, use_cache=False, logits_to_keep=1)
         return out.logits[:, -1]
 
-    def _step(self, token: int) -> torch.Tensor:
-        """Feed one token at the next text position (the same on all three RoPE axes); its logits."""
-        ids = torch.tensor([[token]], device=self.device)
-        position = torch.full((3, 1, 1), self.next_position, device=self.device)
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row of the cache (``tokens``: ``(rows,)``) at the next text position, the same
+        for every row and on all three RoPE axes (rows that share a prompt share its length); their logits."""
+        rows = tokens.shape[0]
+        ids = tokens.view(rows, 1).to(self.device)
+        position = torch.full((3, rows, 1), self.next_position, device=self.device)
         if self._rope_index is None:
             position = position[0]
         out = self.model(

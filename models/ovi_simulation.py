@@ -45,8 +45,8 @@ from typing import Any
 import torch
 
 from core.sample import Part, Sample, Turn
-from eval.greedy import GreedyDecoder
 from models.chat import Rendered, VideoChatAdapter
+from models.greedy import GreedyDecoder
 
 DEFAULT_TOKENS_PER_SECOND = 3.0  # speech rate after t_q: roughly 2-3 words/s of spoken English
 # No answer is cut before this many tokens (an interruption within the first second of speech would leave
@@ -227,24 +227,87 @@ def simulate_interruption(
         The truncated answer, the reaction, their ids, token counts and timings.
     """
     cut = interruption_cut(sample, cut_tokens, tokens_per_second)
-    inputs = prepare_inputs(adapter, sample)
     decoder = GreedyDecoder(model, adapter)
-    prefix = _to_device(inputs.prefix, decoder.device)
-    appended = _to_device(inputs.appended, decoder.device)
-
     start = time.perf_counter()
+    interrupted = interrupt(
+        decoder, adapter, sample, cut, continue_from_cache=continue_from_cache, synced=synced
+    )
+    encoded_at = time.perf_counter()
+    reaction_ids, _ = decoder.decode(interrupted.logits, max_new_tokens, synced)
+    end = time.perf_counter()
+    answer_seconds = interrupted.answered_at - start
+    return SimulationResult(
+        truncated_answer=_decode(adapter, interrupted.answer_ids),
+        reaction=_decode(adapter, reaction_ids),
+        answer_ids=interrupted.answer_ids,
+        reaction_ids=reaction_ids,
+        cut_tokens=cut,
+        answer_finished=interrupted.answer_finished,
+        prompt_tokens=interrupted.prompt_tokens,
+        appended_tokens=interrupted.appended_tokens,
+        appended_video_spans=interrupted.inputs.appended_video_spans,
+        encoded_tokens=interrupted.encoded_tokens,
+        answer_seconds=answer_seconds,
+        continuation_seconds=end - interrupted.answered_at,
+        first_reaction_seconds=encoded_at - interrupted.answered_at,
+        continue_from_cache=continue_from_cache,
+    )
+
+
+@dataclass
+class Interrupted:
+    """The conversation up to the reaction, encoded: the model's own answer cut, the interruption appended.
+
+    Attributes:
+        full: processor inputs of the whole conversation before the reaction (batch of one).
+        logits: the last-token logits the reaction starts from (the decoder's cache holds what came before).
+        answer_ids: the model's own answer, as far as it was spoken (no end-of-turn token).
+        answer_finished: the answer ended before the interruption point.
+        inputs: the prompt and the appended turn, processed.
+        prompt_tokens, appended_tokens, encoded_tokens: see :class:`SimulationResult`.
+        answered_at: ``time.perf_counter()`` when the answer was cut.
+    """
+
+    full: dict[str, torch.Tensor]
+    logits: torch.Tensor
+    answer_ids: list[int]
+    answer_finished: bool
+    inputs: SimulationInputs
+    prompt_tokens: int
+    appended_tokens: int
+    encoded_tokens: int
+    answered_at: float
+
+
+# no_grad, not inference_mode: a GRPO rollout interrupts the model it trains, and under ZeRO-3 the weights
+# gathered here would otherwise be inference tensors that the next backward cannot use.
+@torch.no_grad()
+def interrupt(
+    decoder: GreedyDecoder,
+    adapter: VideoChatAdapter,
+    sample: Sample,
+    cut: int,
+    *,
+    continue_from_cache: bool = True,
+    synced: bool = False,
+) -> Interrupted:
+    """Steps (a)-(c) of the simulation: the prompt encoded, the model's greedy answer cut after ``cut``
+    tokens, the interruption turn appended (to the cache, or re-encoded with everything before it)."""
+    inputs = prepare_inputs(adapter, sample)
+    prefix = to_device(inputs.prefix, decoder.device)
+    appended = to_device(inputs.appended, decoder.device)
     logits = decoder.encode(prefix, positions=decoder.positions(prefix), cache=None)
     answer_ids, finished = decoder.decode(logits, cut, synced)
-    middle = time.perf_counter()
+    answered_at = time.perf_counter()
 
     ids = prefix["input_ids"]
-    full = _join([prefix, _text_piece(answer_ids, ids), appended])
+    full = join_pieces([prefix, text_piece(answer_ids, ids), appended])
     all_positions = decoder.positions(full)
     if continue_from_cache:
         # A cut answer's last token was sampled but never fed; an answer that ended was fed whole (its
         # end-of-turn token is dropped: the appended piece starts with one).
         unfed = [] if finished else answer_ids[-1:]
-        pending = _join([_text_piece(unfed, ids), appended])
+        pending = join_pieces([text_piece(unfed, ids), appended])
         cached = full["input_ids"].shape[1] - pending["input_ids"].shape[1]
         positions = _slice_positions(all_positions, cached)
         logits = decoder.encode(pending, positions=positions, cache=decoder.cache)
@@ -252,25 +315,16 @@ def simulate_interruption(
     else:
         logits = decoder.encode(full, positions=all_positions, cache=None)
         encoded = full["input_ids"].shape[1]
-    encoded_at = time.perf_counter()
-    reaction_ids, _ = decoder.decode(logits, max_new_tokens, synced)
-    end = time.perf_counter()
-
-    return SimulationResult(
-        truncated_answer=_decode(adapter, answer_ids),
-        reaction=_decode(adapter, reaction_ids),
+    return Interrupted(
+        full=full,
+        logits=logits,
         answer_ids=answer_ids,
-        reaction_ids=reaction_ids,
-        cut_tokens=cut,
         answer_finished=finished,
+        inputs=inputs,
         prompt_tokens=prefix["input_ids"].shape[1],
         appended_tokens=appended["input_ids"].shape[1],
-        appended_video_spans=inputs.appended_video_spans,
         encoded_tokens=encoded,
-        answer_seconds=middle - start,
-        continuation_seconds=end - middle,
-        first_reaction_seconds=encoded_at - middle,
-        continue_from_cache=continue_from_cache,
+        answered_at=answered_at,
     )
 
 
@@ -287,17 +341,17 @@ def _with_turns(sample: Sample, turns: list[Turn]) -> Sample:
     return Sample(sample.id, sample.task, turns, sample.source, sample.source_id, sample.segment, sample.meta)
 
 
-def _to_device(batch: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
+def to_device(batch: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
-def _text_piece(ids: list[int], like: torch.Tensor) -> dict[str, torch.Tensor]:
+def text_piece(ids: list[int], like: torch.Tensor) -> dict[str, torch.Tensor]:
     """Generated text tokens as a processor-batch piece (no media)."""
     tokens = torch.tensor([ids], dtype=like.dtype, device=like.device)
     return {"input_ids": tokens, "attention_mask": torch.ones_like(tokens), "mm_token_type_ids": 0 * tokens}
 
 
-def _join(pieces: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+def join_pieces(pieces: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """Processor-batch pieces one after the other: tokens along the sequence, media items in order."""
     out = {}
     for key in dict.fromkeys(k for piece in pieces for k in piece):

@@ -1,0 +1,302 @@
+"""The GRPO stage: its loss is TRL's (the same prompts, completions and rewards through TRL's GRPOTrainer and
+through ours give the same loss and gradients), its advantages are TRL's; its rollouts on video score their
+completions as they were sampled, share the prompt's cache without changing what is sampled, and interrupt
+the model's own answer as OVIBench's simulation does; a small GRPO run after SFT evaluates baseline and
+checkpoints and logs every reward; a killed run resumes with equal losses; ZeRO-2 and ZeRO-3 on two CPU
+processes; full fine-tuning against a frozen reference."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+import pytest
+import runs
+import torch
+
+from core.config import ModelConfig
+from core.sample import Part, Sample, Turn
+from models.sampling import Group
+from train.grpo_loss import advantages, grpo_loss
+from train.rollouts import Rollout, completion_logps
+
+G = 3  # completions per prompt
+WIDTH = 5  # the longest completion
+
+
+def _prompts_and_completions():
+    """Two prompts of six ordinary tokens, and three completions each of 1 to 5."""
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(10, 500, (6,), generator=generator) for _ in range(2)]
+    lengths = [5, 2, 4, 3, 5, 1]
+    completions = [torch.randint(10, 500, (n,), generator=generator).tolist() for n in lengths]
+    return prompts, completions
+
+
+def _trl_inputs(prompts, completions, generations):
+    ids = torch.zeros((len(completions), WIDTH), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, tokens in enumerate(completions):
+        ids[row, : len(tokens)], mask[row, : len(tokens)] = torch.tensor(tokens), 1
+    prompt_ids = torch.stack([prompts[row // generations] for row in range(len(completions))])
+    return prompt_ids, torch.ones_like(prompt_ids), ids, mask
+
+
+def _rollouts(prompts, completions) -> list[Rollout]:
+    item = Sample("p", "v2p", [Turn("user", [Part.txt("?")])], "s", "s", (0.0, 0.0), {})
+    out = []
+    for index, prompt in enumerate(prompts):
+        ids = prompt[None]
+        context = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "mm_token_type_ids": 0 * ids}
+        tokens = completions[index * G : (index + 1) * G]
+        out.append(Rollout(item, context, Group(tokens, [True] * G, [[0.0] * len(t) for t in tokens]), []))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("loss_type", "level", "beta"),
+    [("grpo", "token", 0.04), ("dapo", "token", 0.0), ("dr_grpo", "token", 0.04), ("bnpo", "sequence", 0.04),
+     ("dapo", "sequence", 0.0)],
+)  # fmt: skip
+def test_the_loss_and_its_gradients_are_trls(tiny_checkpoint, tmp_path, loss_type, level, beta):
+    import datasets
+    from trl import GRPOConfig, GRPOTrainer
+
+    from models.loading import load_model
+
+    torch.manual_seed(0)
+    model, processor = load_model(ModelConfig(name_or_path=str(tiny_checkpoint)))
+    temperature, epsilon, epsilon_high = 0.7, 0.2, 0.28
+    args = GRPOConfig(
+        output_dir=str(tmp_path), report_to=[], use_cpu=True, bf16=False, gradient_checkpointing=False,
+        num_generations=G, per_device_train_batch_size=2 * G, loss_type=loss_type, beta=beta,
+        importance_sampling_level=level, epsilon=epsilon, epsilon_high=epsilon_high, temperature=temperature,
+        max_completion_length=WIDTH,
+    )  # fmt: skip
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=lambda completions, **_: [0.0] * len(completions),
+        args=args,
+        train_dataset=datasets.Dataset.from_list([{"prompt": "hi"}] * (2 * G)),
+        processing_class=processor,
+    )
+    trainer.current_gradient_accumulation_steps = 1
+    prompts, completions = _prompts_and_completions()
+    prompt_ids, prompt_mask, completion_ids, completion_mask = _trl_inputs(prompts, completions, G)
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.2, 0.2, 0.9])
+    adv = advantages(rewards, G, "group").values
+
+    ours, mask = completion_logps(model, _rollouts(prompts, completions), temperature)
+    assert torch.equal(mask, completion_mask)
+    noise = torch.Generator().manual_seed(1)
+    old = (ours.detach() + 0.3 * torch.randn(ours.shape, generator=noise)) * mask  # ratios off 1: clipping on
+    ref = (ours.detach() + 0.2 * torch.randn(ours.shape, generator=noise)) * mask
+    inputs = {
+        "prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
+        "completion_mask": completion_mask, "advantages": adv, "old_per_token_logps": old,
+        "ref_per_token_logps": ref, "num_items_in_batch": completion_mask.sum(),
+    }  # fmt: skip
+
+    model.zero_grad()
+    trl_loss = trainer._compute_loss(model, inputs)
+    trl_loss.backward()
+    trl_grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    parts = grpo_loss(
+        ours, old, ref, adv, mask, loss_type=loss_type, importance_sampling_level=level, epsilon=epsilon,
+        epsilon_high=epsilon_high, beta=beta, max_completion_length=WIDTH,
+    )  # fmt: skip
+    parts.loss.backward()
+    assert parts.clipped > 0, "the test must exercise the clip"
+    torch.testing.assert_close(parts.loss, trl_loss, rtol=1e-5, atol=1e-5)
+    for name, grad in trl_grads.items():
+        torch.testing.assert_close(dict(model.named_parameters())[name].grad, grad, rtol=1e-5, atol=1e-5)
+    assert trl_grads, "gradients must flow"
+
+
+def test_advantages_are_group_relative_as_trls():
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.2, 0.2, 0.2])
+    result = advantages(rewards, 3, "group")
+    first = rewards[:3]
+    expected = (first - first.mean()) / (first.std(unbiased=True) + 1e-4)
+    torch.testing.assert_close(result.values[:3], expected)
+    assert result.values[3:].abs().max() == 0 and result.tied.tolist() == [False] * 3 + [True] * 3
+    unscaled = advantages(rewards, 3, "none").values
+    torch.testing.assert_close(unscaled[:3], first - first.mean())
+    batch = advantages(rewards, 3, "batch").values
+    torch.testing.assert_close(batch[:3], (first - first.mean()) / (rewards.std(unbiased=True) + 1e-4))
+    assert advantages(torch.tensor([1.0, float("nan"), 0.0]), 3, "group").values[1] == 0.0
+
+
+# -- rollouts on video -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_checkpoint):
+    from models.loading import load_model
+
+    model, _ = load_model(ModelConfig(name_or_path=str(tiny_checkpoint)))
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def items(synthetic_build):
+    """A V2P item and an open OVI item of each interruption type, from the synthetic training sets."""
+    from train.data import load_dataset_samples
+
+    v2p = load_dataset_samples(str(synthetic_build.v2p_sft))[0]
+    by_type = {}
+    for sample in load_dataset_samples(str(synthetic_build.ovi_train)):
+        if sample.meta.get("format") == "open":
+            by_type.setdefault(sample.meta["interruption_type"], sample)
+    return {"v2p": v2p, **by_type}
+
+
+def test_completions_are_scored_as_they_were_sampled(policy, adapter, items):
+    from models.greedy import GreedyDecoder
+    from train.rollouts import rollout
+
+    torch.manual_seed(0)
+    for name in ("v2p", "Correction"):
+        group = rollout(policy, adapter, items[name], generations=3, temperature=1.0, max_tokens=6)
+        assert len(group.texts) == len(group.group.tokens) == 3
+        assert len({tuple(t) for t in group.group.tokens}) > 1, "temperature 1: the group differs"
+        suppressed = GreedyDecoder(policy, adapter).suppressed
+        with torch.no_grad():
+            logps, mask = completion_logps(policy, [group], 1.0, suppressed)
+        for row, sampled in enumerate(group.group.logps):
+            assert mask[row].sum() == len(sampled) == len(group.group.tokens[row])
+            torch.testing.assert_close(logps[row, : len(sampled)], torch.tensor(sampled), atol=1e-5, rtol=0)
+
+
+def test_the_shared_prompt_cache_gives_what_encoding_the_prompt_per_completion_gives(policy, adapter, items):
+    from train.rollouts import rollout
+
+    for name in ("v2p", "False Trigger"):
+        shared = rollout(policy, adapter, items[name], generations=3, temperature=0.0, max_tokens=8)
+        alone = rollout(
+            policy, adapter, items[name], generations=3, temperature=0.0, max_tokens=8, shared=False
+        )
+        assert shared.group.tokens == alone.group.tokens and shared.texts == alone.texts
+        torch.testing.assert_close(torch.tensor(shared.group.logps), torch.tensor(alone.group.logps))
+
+
+def test_an_interruption_rollout_is_the_evaluations_simulation(policy, adapter, items):
+    """The model's own answer cut where OVIBench cuts it, the interruption appended: greedy, the group's
+    reactions are the reaction the evaluation scores, and the cut answer is what the rewards read."""
+    from models.ovi_simulation import simulate_interruption
+    from train.rollouts import rollout
+
+    for kind in ("Cancellation", "False Trigger", "Correction"):
+        item = items[kind]
+        simulated = simulate_interruption(policy, adapter, item, max_new_tokens=8)
+        rolled = rollout(policy, adapter, item, generations=2, temperature=0.0, max_tokens=8)
+        assert rolled.item.meta["spoken"] == simulated.truncated_answer != item.meta["partial_answer"]
+        assert rolled.texts == [simulated.reaction] * 2
+        ids = rolled.context["input_ids"][0].tolist()
+        text = adapter.processor.tokenizer.decode(ids)
+        assert item.turns[2].parts[-1].text in text  # the interruption's words are in the context
+
+
+# -- the stage end to end ------------------------------------------------------------------------------------
+
+# GRPO on the quickstart's setting, small: 4 completions per prompt of up to 24 tokens, long enough for the
+# random-weight replies' lengths to vary, and with them the Cancellation reward: groups that do not tie.
+GRPO_OVERRIDES = ["stage.method=grpo", "stage.grpo.num_generations=4", "stage.grpo.max_completion_length=24"]
+LOGGED_EVERY_STEP = (
+    "reward",
+    "reward_std",
+    "kl",
+    "clip_ratio",
+    "completions/mean_length",
+    "frac_reward_zero_std",
+)
+
+
+@pytest.fixture(scope="module")
+def grpo_after_sft(preference_after_sft, tmp_path_factory):
+    """A 2-step SFT, then a 4-step GRPO run from its checkpoint, evaluated at baseline and every 2 steps."""
+    root = tmp_path_factory.mktemp("grpo")
+    cfg, result = preference_after_sft(root, "grpo", "trainer.logging_steps=1", *GRPO_OVERRIDES)
+    return cfg, result, root
+
+
+@pytest.mark.slow
+def test_grpo_after_sft_evaluates_baseline_and_checkpoints_and_logs_every_reward(grpo_after_sft):
+    cfg, result, root = grpo_after_sft
+    logged = runs.check_preference_run(cfg, result.summary, root / "grpo", implicit_reward=False)
+    steps = [entry for entry in logged if "train/reward" in entry]
+    assert len(steps) == 4
+    for entry in steps:
+        assert all(f"train/{key}" in entry for key in LOGGED_EVERY_STEP), sorted(entry)
+        assert 0.0 <= entry["train/frac_reward_zero_std"] <= 1.0 and entry["train/kl"] >= 0.0
+    rewards = {key.split("/")[2] for entry in steps for key in entry if key.startswith("train/rewards/")}
+    assert {"v2p_words", "ovi_ma", "ovi_ca"} <= rewards  # V2P in open form and OVI multiple choice, at least
+    check_kl_moves_after_the_first_update(
+        [{k.removeprefix("train/"): v for k, v in e.items()} for e in steps]
+    )
+    curves = result.summary["training"]["curves"]  # the reward curves, in summary.json and the report
+    assert {"loss", "reward", "kl", "rewards/ovi_ma/mean"} <= set(curves)
+    assert "## Training" in (root / "grpo" / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_killed_grpo_run_resumes_with_equal_losses(tmp_path):
+    runs.check_resume_after_kill(tmp_path, runs.Launch([sys.executable], GRPO_OVERRIDES, {}))
+    losses = runs.logged(tmp_path / "killed" / "checkpoints" / f"checkpoint-{runs.MAX_STEPS}")
+    assert any(loss != 0.0 for loss in losses), "the sampled groups must carry some signal"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [2, 3])
+def test_grpo_under_zero_on_two_processes(tmp_path, stage):
+    overrides = [f"trainer=zero{stage}" if o == "trainer=zero2" else o for o in runs.DEEPSPEED_OVERRIDES]
+    launch = runs.Launch(runs.DEEPSPEED_LAUNCH, overrides + GRPO_OVERRIDES, runs.DEEPSPEED_ENV)
+    runs.train(tmp_path, "zero", launch)
+    run_dir = tmp_path / "zero"
+    assert json.loads((run_dir / "deepspeed.json").read_text())["zero_optimization"]["stage"] == stage
+    last = run_dir / "checkpoints" / f"checkpoint-{runs.MAX_STEPS}"
+    rewards, losses = runs.logged(last, "reward"), runs.logged(last)
+    assert len(rewards) == len(losses) == runs.MAX_STEPS and torch.isfinite(torch.tensor(losses)).all()
+    assert (run_dir / "final" / "adapter_model.safetensors").exists()
+
+
+def check_kl_moves_after_the_first_update(entries: list[dict]) -> None:
+    """The KL to the reference is 0 until the first step with a gradient (groups that all tie have none),
+    and not after it, as the policy leaves the frozen reference behind."""
+    first = next(i for i, entry in enumerate(entries) if entry["grad_norm"] > 0)
+    assert first < len(entries) - 1, "a later step must see the moved policy"
+    assert all(entry["kl"] == pytest.approx(0.0, abs=1e-6) for entry in entries[: first + 1])
+    assert max(entry["kl"] for entry in entries[first + 1 :]) > 0.0
+
+
+@pytest.mark.slow
+def test_grpo_under_full_fine_tuning_trains_against_a_frozen_reference(small_train_config, tmp_path):
+    from train.recipe import train
+
+    cfg = small_train_config(
+        tmp_path, "run_name=full", "peft=full", "trainer.max_steps=4", "trainer.save_steps=4",
+        "trainer.batch_size=2", "trainer.logging_steps=1", "eval=none", *GRPO_OVERRIDES,
+    )  # fmt: skip
+    trained = train(cfg).model
+    check_kl_moves_after_the_first_update(
+        runs.log_entries(tmp_path / "full" / "checkpoints" / "checkpoint-4", "kl")
+    )
+    assert not hasattr(trained, "peft_config")
+    assert (tmp_path / "full" / "final" / "model.safetensors").exists()
+
+
+def test_prompts_share_a_step_across_ranks_only_with_the_same_media_in_the_same_turns(items):
+    """Under ZeRO-3 every rank must run the same modules: an interruption without new frames (it falls
+    after the video's end) runs the vision tower once less than one with them."""
+    from train.grpo import PromptDataset
+
+    interrupted = items["Correction"]
+    question, answer, interruption, reaction = interrupted.turns
+    assert any(part.type == "video" for part in interruption.parts)
+    frameless_turn = Turn("user", [part for part in interruption.parts if part.type == "text"])
+    frameless = dataclasses.replace(interrupted, turns=[question, answer, frameless_turn, reaction])
+    key = PromptDataset.step_key
+    assert key(interrupted) != key(frameless) != key(items["v2p"])
+    assert key(interrupted)[-1] == "interruption" and key(items["v2p"])[-1] == "prompt"

@@ -1,0 +1,237 @@
+"""The GRPO stage (``stage.method=grpo``): reinforcement learning with verifiable rewards, on video.
+
+Each step draws prompts from ``data.train`` (V2P items, asked in open form by default, and OVI items in both
+forms), samples ``num_generations`` completions of each from the very inputs the evaluation renders
+(``train.rollouts``: the prompt encoded once, its cache shared by the group; an OVI item in open form rolled
+out through OVIBench's offline simulation, the model's own answer cut and interrupted), scores them with
+the rewards of ``train.rewards``, and takes one policy-gradient step on TRL's GRPO loss
+(``train.grpo_loss``, tested equal to TRL's GRPOTrainer). TRL's trainer is not used: it takes images but no
+video (its generation, its vLLM path and its log-probability pass have no video inputs). The loop is the HF
+Trainer's, its one public loss hook (``compute_loss``) doing a step's rollouts, rewards and loss; one update
+per rollout (TRL's ``num_iterations=1``), so the old policy is the current one, detached. The reference
+(``beta``): the start model, i.e. the LoRA adapter switched off, or a frozen second load under full
+fine-tuning.
+
+Logged per step (``train/...``): each reward's mean and std, the total's, the KL to the reference, the
+clipped share, completion lengths, and the share of groups whose rewards all tie (no learning signal).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+from typing import Any
+
+import torch
+from transformers import Trainer
+
+from core import distributed
+from core.config import GrpoConfig, V2pForm
+from core.media import FrameCache
+from core.run import Run
+from core.sample import Part, Sample
+from data_builders.v2p_format import parse_options
+from eval.judging import make_judge
+from models.chat import VideoChatAdapter
+from models.greedy import GreedyDecoder
+from train.data import TrainingSet
+from train.grpo_loss import advantages, grpo_loss, nanstd
+from train.judge_reward import judge_rewards
+from train.rewards import applicable, weighted
+from train.rollouts import Rollout, completion_logps, is_interruption, rollout
+from train.stages import Method, sft_arguments, sft_rows
+from train.trainer import RecipeHooks
+
+OPEN_INSTRUCTION = "Answer in a few words."
+
+
+def grpo_rows(run: Run, cache: FrameCache) -> TrainingSet:
+    """The stage's prompts: ``data.train``'s samples as SFT reads them (mixed, media-checked), V2P items in
+    the forms of ``stage.grpo.v2p_forms``."""
+    rows = sft_rows(run, cache)
+    forms = run.cfg.stage.grpo.v2p_forms
+    prompts = []
+    for sample in rows.rows:
+        if sample.task != "v2p":
+            prompts.append(sample)
+            continue
+        if V2pForm.mcq in forms:
+            prompts.append(sample)
+        if V2pForm.open in forms:
+            prompts.append(open_form(sample))
+    return replace(rows, rows=prompts)
+
+
+def open_form(sample: Sample) -> Sample:
+    """A V2P item asked without its options, to be answered in words (``meta["form"] == "open"``)."""
+    stem, _ = parse_options(sample.meta["question"])
+    question = f"{stem}\n{OPEN_INSTRUCTION}"
+
+    def reworded(part: Part) -> Part:
+        return Part.txt(question) if part.type == "text" and part.text == sample.meta["question"] else part
+
+    user, *rest = sample.turns
+    turns = [replace(user, parts=[reworded(p) for p in user.parts]), *rest]
+    return replace(sample, id=f"{sample.id}-open", turns=turns, meta={**sample.meta, "form": "open"})
+
+
+class PromptDataset(torch.utils.data.Dataset):
+    """The stage's prompts, handed to the trainer as they are; ``step_key`` says which can share a step
+    across ranks (under ZeRO-3 every rank must run the same forwards: same media, same kind of rollout)."""
+
+    def __init__(self, samples: list[Sample]):
+        self.samples = samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> Sample:
+        return self.samples[index]
+
+    @staticmethod
+    def step_key(sample: Sample) -> tuple:
+        """Each turn's media kinds and the kind of rollout: an interruption's turn has new frames only when
+        it falls inside the video, and a turn with frames runs the vision tower once more."""
+        turns = tuple(tuple(sorted({p.type for p in turn.parts} - {"text"})) for turn in sample.turns)
+        return (*turns, "interruption" if is_interruption(sample) else "prompt")
+
+
+def collate_prompts(items: list[Sample]) -> dict[str, list[Sample]]:
+    return {"items": items}
+
+
+def grpo_batches(rows: TrainingSet, chat: VideoChatAdapter):
+    return PromptDataset(rows.rows), collate_prompts
+
+
+def grpo_trainer_kwargs(run: Run, chat: VideoChatAdapter) -> dict[str, Any]:
+    settings = run.cfg.stage.grpo
+    judge = make_judge(settings.judge, run.dir.path, key="stage.grpo.judge")
+    return {"grpo": settings, "chat": chat, "extra_rewards": judge_rewards(judge, settings.judge.metrics)}
+
+
+class GrpoTrainer(RecipeHooks, Trainer):
+    """The HF Trainer with the recipe's hooks, whose loss is a GRPO step: rollouts, rewards, TRL's loss."""
+
+    def __init__(
+        self, *args, grpo: GrpoConfig, chat: VideoChatAdapter, extra_rewards=None, ref_model=None, **kwargs
+    ):
+        super().__init__(*args, **kwargs)
+        self.grpo, self.chat, self.extra_rewards = grpo, chat, extra_rewards or {}
+        self.ref_model = ref_model and self._prepared_reference(ref_model)
+        self.loss_is_scaled_for_ga = False  # the loss is a micro-batch's: the Trainer divides by accumulation
+        self._logged: dict[str, list[float]] = defaultdict(list)
+
+    def _prepared_reference(self, ref_model):
+        """The frozen reference placed as the policy is: under ZeRO-3 in an inference engine of its own (its
+        weights partitioned and gathered per module), else on the device."""
+        if self.is_deepspeed_enabled:
+            from trl.models.utils import prepare_deepspeed
+
+            return prepare_deepspeed(ref_model, self.accelerator)
+        return self.accelerator.prepare_model(ref_model, evaluation_mode=True)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """One micro-batch's GRPO loss (the Trainer's documented hook for a loss of one's own)."""
+        settings = self.grpo
+        policy = self.accelerator.unwrap_model(model)
+        rollouts = self._rollouts(policy, inputs["items"])
+        rewards = self._rewards(rollouts)
+        adv = advantages(rewards, settings.num_generations, str(settings.scale_rewards))
+        suppressed = GreedyDecoder(policy, self.chat).suppressed
+        logps, mask = completion_logps(model, rollouts, settings.temperature, suppressed)
+        if settings.mask_truncated_completions:
+            truncated = torch.tensor([t for r in rollouts for t in r.truncated], device=mask.device)
+            mask = mask * (~truncated).unsqueeze(1)
+        reference = self._reference_logps(policy, rollouts, suppressed) if settings.beta != 0.0 else None
+        tokens = sum(distributed.gather(float(mask.sum()))) / distributed.world_size()
+        parts = grpo_loss(
+            logps,
+            None,
+            reference,
+            adv.values.to(logps.device),
+            mask,
+            loss_type=str(settings.loss_type),
+            importance_sampling_level=str(settings.importance_sampling_level),
+            epsilon=settings.epsilon,
+            epsilon_high=settings.epsilon_high,
+            beta=settings.beta,
+            max_completion_length=settings.max_completion_length,
+            token_count=tokens,
+        )
+        self._record(rollouts, rewards, adv.tied, parts)
+        return parts.loss
+
+    def _rollouts(self, policy, items: list[Sample]) -> list[Rollout]:
+        settings, was_training = self.grpo, policy.training
+        synced = distributed.world_size() > 1 and distributed.zero3_enabled()
+        policy.eval()
+        try:
+            return [
+                rollout(
+                    policy,
+                    self.chat,
+                    item,
+                    generations=settings.num_generations,
+                    temperature=settings.temperature,
+                    max_tokens=settings.max_completion_length,
+                    synced=synced,
+                )
+                for item in items
+            ]
+        finally:
+            policy.train(was_training)
+
+    def _rewards(self, rollouts: list[Rollout]) -> torch.Tensor:
+        """Each completion's total reward (NaN where none applies), its parts recorded for logging."""
+        totals = []
+        for r in rollouts:
+            names = applicable(r.item, self.extra_rewards)
+            for text in r.texts:
+                scores = weighted(text, r.item, self.grpo.rewards, self.extra_rewards) if names else {}
+                for name in names:
+                    if name in scores:  # the judge's is missing where it could not score
+                        self._logged[f"rewards/{name}"].append(scores[name])
+                totals.append(scores.get("total", float("nan")))
+        return torch.tensor(totals, dtype=torch.float32)
+
+    @torch.no_grad()
+    def _reference_logps(self, policy, rollouts: list[Rollout], suppressed) -> torch.Tensor:
+        temperature = self.grpo.temperature
+        if self.ref_model is not None:
+            return completion_logps(self.ref_model, rollouts, temperature, suppressed)[0]
+        with policy.disable_adapter():  # the start model: a fresh LoRA adapter switched off
+            return completion_logps(policy, rollouts, temperature, suppressed)[0]
+
+    def _record(self, rollouts: list[Rollout], rewards: torch.Tensor, tied: torch.Tensor, parts) -> None:
+        logged = self._logged
+        logged["reward"].append(float(torch.nanmean(rewards)))
+        logged["reward_std"].append(float(nanstd(rewards)) if rewards.numel() > 1 else 0.0)
+        groups = tied.view(-1, self.grpo.num_generations)[:, 0]
+        logged["frac_reward_zero_std"].append(float(groups.float().mean()))
+        lengths = [len(tokens) for r in rollouts for tokens in r.group.tokens]
+        truncated = [t for r in rollouts for t in r.truncated]
+        logged["completions/mean_length"].append(sum(lengths) / len(lengths))
+        logged["completions/clipped_ratio"].append(sum(truncated) / len(truncated))
+        logged["clip_ratio"].append(parts.clipped)
+        if parts.kl is not None:
+            logged["kl"].append(parts.kl)
+
+    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
+        """The Trainer's logs, with the means of what the steps since the last log recorded (a reward's
+        mean and standard deviation over the completions it applied to)."""
+        for key, values in self._logged.items():
+            if key.startswith("rewards/"):
+                values_t = torch.tensor(values)
+                logs[f"{key}/mean"] = float(values_t.mean())
+                logs[f"{key}/std"] = float(values_t.std()) if len(values) > 1 else 0.0
+            else:
+                logs[key] = sum(values) / len(values)
+        self._logged.clear()
+        super().log(logs, *args, **kwargs)
+
+
+# The Trainer's own arguments (sft_arguments): GRPO's settings are stage.grpo's, handed to the trainer.
+GRPO = Method(
+    grpo_rows, sft_arguments, grpo_batches, GrpoTrainer, reference=True, trainer_kwargs=grpo_trainer_kwargs
+)

@@ -1,0 +1,156 @@
+"""Rollouts of the GRPO stage: for each prompt, G completions sampled from the very inputs the evaluation
+renders (the one chat adapter), the prompt encoded once and its key/value cache shared by the group
+(``models.sampling``).
+
+An OVI item in open form is rolled out on policy, with OVIBench's offline simulation as the environment
+(``models.ovi_simulation.interrupt``): the model answers in its own words (greedy) up to the item's
+interruption point, the interruption (its words and its clip) is appended to the same cache, and the G
+reactions are sampled from there; the model's own cut answer goes into the item's ``meta["spoken"]`` for the
+rewards. Every other item (V2P in either form, OVI multiple choice) samples its G answers from its prompt.
+
+:func:`completion_logps` then scores the sampled tokens again, teacher-forced, with gradients: the group's
+context once per completion and the completion after it, as training would see that conversation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from core.sample import Sample
+from models.chat import VideoChatAdapter
+from models.greedy import GreedyDecoder
+from models.ovi_simulation import interrupt, interruption_cut, to_device
+from models.sampling import Group, sample_group
+
+# Keys of a processor batch with one entry per token (the rest are per media item: pixels, grids, seconds).
+_TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
+
+
+@dataclass
+class Rollout:
+    """One prompt's group of completions.
+
+    Attributes:
+        item: the prompt's item (an interruption rollout's with ``meta["spoken"]``, the model's cut answer).
+        context: processor inputs of everything before the completions (batch of one, on the CPU).
+        group: the sampled completions (``models.sampling.Group``).
+        texts: the completions as text (special tokens removed): what the rewards read.
+    """
+
+    item: Sample
+    context: dict[str, torch.Tensor]
+    group: Group
+    texts: list[str]
+
+    @property
+    def truncated(self) -> list[bool]:
+        """Completions that reached the length limit without an end-of-turn token."""
+        return [not ended for ended in self.group.ended]
+
+
+def is_interruption(item: Sample) -> bool:
+    """Whether an item is rolled out through the interruption simulation (OVI in open form)."""
+    return item.task == "ovi" and item.meta.get("format") == "open"
+
+
+@torch.no_grad()
+def rollout(
+    model,
+    adapter: VideoChatAdapter,
+    item: Sample,
+    *,
+    generations: int,
+    temperature: float,
+    max_tokens: int,
+    shared: bool = True,
+    synced: bool = False,
+) -> Rollout:
+    """``generations`` completions of ``item`` (the model in eval mode, no gradients).
+
+    Args:
+        shared: encode the prompt once for the group (False: once per completion, for comparison).
+        synced: every rank steps together (ZeRO-3); all ranks' items must be of one kind.
+    """
+    decoder = GreedyDecoder(model, adapter)
+    if is_interruption(item):
+        cut = interruption_cut(item)
+        interrupted = interrupt(decoder, adapter, item, cut, synced=synced)
+        context, logits = interrupted.full, interrupted.logits
+        spoken = adapter.decode_generated(torch.tensor([interrupted.answer_ids]), 0)[0]
+        item = replace(item, meta={**item.meta, "spoken": spoken})
+    else:
+        rendered = adapter.render(item, for_generation=True)
+        context = to_device(dict(adapter.batch([rendered], padding_side="left")), decoder.device)
+        logits = decoder.encode(context, positions=decoder.positions(context), cache=None)
+    if shared:
+        group = sample_group(decoder, logits, generations, max_tokens, temperature, synced)
+    else:
+        group = _one_by_one(decoder, context, generations, max_tokens, temperature, synced)
+    texts = [adapter.decode_generated(torch.tensor([tokens]), 0)[0] for tokens in group.tokens]
+    return Rollout(item, {k: v.cpu() for k, v in context.items()}, group, texts)
+
+
+def _one_by_one(decoder: GreedyDecoder, context, generations: int, max_tokens: int, temperature, synced):
+    """The group sampled without sharing the prompt: it is encoded again for every completion."""
+    parts = []
+    for _ in range(generations):
+        logits = decoder.encode(context, positions=decoder.positions(context), cache=None)
+        parts.append(sample_group(decoder, logits, 1, max_tokens, temperature, synced))
+    return Group([p.tokens[0] for p in parts], [p.ended[0] for p in parts], [p.logps[0] for p in parts])
+
+
+def completion_logps(
+    model, rollouts: list[Rollout], temperature: float, suppressed: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each completion's per-token log-probabilities under ``model`` (with gradients when it trains), of the
+    distribution its tokens were sampled from (the logits divided by ``temperature``; the token ids in
+    ``suppressed``, the media placeholders the sampler never picks, left out), and their mask.
+
+    Returns:
+        ``(logps, mask)``, both ``(completions, longest)`` in rollout and completion order, right-padded.
+    """
+    rows = [_group_logps(model, r, temperature, suppressed) for r in rollouts]
+    width = max(logps.shape[1] for logps, _ in rows)
+    logps = torch.cat([torch.nn.functional.pad(lp, (0, width - lp.shape[1])) for lp, _ in rows])
+    mask = torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[1])) for _, m in rows])
+    return logps, mask
+
+
+def _group_logps(
+    model, rollout: Rollout, temperature: float, suppressed
+) -> tuple[torch.Tensor, torch.Tensor]:
+    tokens = rollout.group.tokens
+    width = max(1, max(map(len, tokens)))
+    device = next(model.parameters()).device
+    completions = torch.zeros((len(tokens), width), dtype=torch.long)
+    mask = torch.zeros((len(tokens), width), dtype=torch.long)
+    for row, ids in enumerate(tokens):
+        completions[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        mask[row, : len(ids)] = 1
+    batch = _with_completions(rollout.context, completions, mask)
+    batch = {k: v.to(device) for k, v in batch.items()}
+    logits = model(**batch, use_cache=False, logits_to_keep=width + 1).logits[:, :-1]
+    if suppressed is not None and len(suppressed):
+        logits = logits.index_fill(-1, suppressed.to(device), float("-inf"))
+    logprobs = torch.log_softmax(logits.float() / max(temperature, 1e-6), dim=-1)
+    picked = logprobs.gather(-1, completions.to(device).unsqueeze(-1)).squeeze(-1)
+    return picked * mask.to(device), mask.to(device)
+
+
+def _with_completions(
+    context: dict[str, torch.Tensor], completions: torch.Tensor, mask: torch.Tensor
+) -> dict:
+    """The context repeated once per completion, each followed by its completion (right-padded): token keys
+    along the sequence, media items repeated in order."""
+    rows = completions.shape[0]
+    tails = {"input_ids": completions, "attention_mask": mask}  # mm_token_type_ids: 0, text
+    out = {}
+    for key, value in context.items():
+        if key in _TOKEN_KEYS:
+            tail = tails.get(key, torch.zeros_like(completions))
+            out[key] = torch.cat([value.repeat(rows, 1), tail.to(value.dtype)], dim=1)
+        else:
+            out[key] = torch.cat([value] * rows)
+    return out
