@@ -9,19 +9,24 @@ the training loop asked for them: for those, the whole wait is handing the batch
 process (torch's default: a file descriptor per tensor, each fetched from a thread in the worker). The
 settings run in alternating rounds, so a slow spell of the shared machine hits them alike. With a CUDA GPU
 the model trains there and the loader pins memory, as the HF Trainer's does on a GPU machine.
+``--packing``: the collator packs each batch (``data.packing=true``: ``PackingCollator``, in the workers
+too) and the step computes the packed batch's per-sample positions, as ``RecipeTrainer.compute_loss`` does.
 
     python bench/bench_data_wait.py
+    python bench/bench_data_wait.py --packing
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import dataclass
 
 import torch
 from common import fresh_model, median, print_table, training_setup
 
-from train.data import Collator, SampleDataset
+from models.packing import PACKED_SAMPLES, packed_model_inputs, rope_owner
+from train.data import Collator, PackingCollator, SampleDataset
 
 BATCH = 4
 ROUNDS = 2
@@ -41,6 +46,15 @@ class StampedCollator(Collator):
         return batch
 
 
+class StampedPackingCollator(PackingCollator):
+    """The recipe's packing collator (``data.packing=true``), stamped as :class:`StampedCollator`."""
+
+    def __call__(self, rendered: list) -> dict:
+        batch = super().__call__(rendered)
+        batch["finished_at"] = time.perf_counter()
+        return batch
+
+
 @dataclass
 class Step:
     wait: float  # seconds blocked in next(loader)
@@ -48,15 +62,17 @@ class Step:
     finished_before_asked: bool
 
 
-def measure(setup, model, num_workers: int) -> list[Step]:
+def measure(setup, model, num_workers: int, packing: bool = False) -> list[Step]:
     """The measured steps of one pass."""
+    collate = StampedPackingCollator(Collator(setup.adapter)) if packing else StampedCollator(setup.adapter)
+    owner = rope_owner(model) if packing else None
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=setup.cfg.trainer.lr)
     loader = torch.utils.data.DataLoader(
         SampleDataset(setup.samples, setup.adapter),
         batch_size=BATCH,
         shuffle=True,
         generator=torch.Generator().manual_seed(0),
-        collate_fn=StampedCollator(setup.adapter),
+        collate_fn=collate,
         num_workers=num_workers,
         pin_memory=DEVICE == "cuda",  # the Trainer's default (dataloader_pin_memory) where there is a GPU
     )
@@ -68,6 +84,8 @@ def measure(setup, model, num_workers: int) -> list[Step]:
         fetched = time.perf_counter()
         finished_at = batch.pop("finished_at")
         batch = {key: value.to(DEVICE, non_blocking=True) for key, value in batch.items()}
+        if PACKED_SAMPLES in batch:  # the per-sample positions, in the step as the Trainer computes them
+            batch = packed_model_inputs(model, batch, owner)
         model(**batch).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -79,13 +97,16 @@ def measure(setup, model, num_workers: int) -> list[Step]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--packing", action="store_true", help="pack each batch (data.packing=true)")
+    args = parser.parse_args()
     setup = training_setup()
     assert len(setup.samples) >= BATCH * (WARMUP + STEPS), "the build has too few samples for one epoch"
     models = {workers: fresh_model(setup.cfg).to(DEVICE) for workers in WORKERS}
     results: dict[int, list[Step]] = {workers: [] for workers in WORKERS}
     for _ in range(ROUNDS):
         for workers in WORKERS:
-            results[workers] += measure(setup, models[workers], workers)
+            results[workers] += measure(setup, models[workers], workers, args.packing)
     base_step = median([s.whole for s in results[0]])
     rows = []
     for workers, steps in results.items():
@@ -102,8 +123,8 @@ def main() -> None:
             ]
         )
     print_table(
-        f"Data wait: tiny Qwen2.5-VL + LoRA, batch {BATCH}, {ROUNDS}x{STEPS} steps per setting "
-        "(frame cache warm)",
+        f"Data wait: tiny Qwen2.5-VL + LoRA, batch {BATCH}{', packed' if args.packing else ''}, "
+        f"{ROUNDS}x{STEPS} steps per setting (frame cache warm)",
         [
             "workers",
             "step ms (median)",

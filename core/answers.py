@@ -99,11 +99,19 @@ def parse_ovi_mcq(prediction: str) -> tuple[str | None, str | None]:
 
     Returns:
         ``(letter, interruption_type)``: the first standalone A–D letter (see ``tolerant_letter``) and the
-        first interruption type named anywhere, in canonical spelling ("Cancellation", "False Trigger",
-        "Correction"; case-insensitive, "false-trigger"/"false_trigger" accepted). Either may be None.
+        one interruption type the reply names, in canonical spelling ("Cancellation", "False Trigger",
+        "Correction"; case-insensitive, "false-trigger"/"false_trigger" accepted). A reply naming several
+        types (echoing the instruction's "Cancellation, False Trigger or Correction") names none: the
+        first named would otherwise make the echo right on every Cancellation item. Either may be None.
     """
     text = strip_thinking(prediction)
-    return tolerant_letter(text), interruption_type_named(text)
+    named = interruption_types_named(text)
+    return tolerant_letter(text), named.pop() if len(named) == 1 else None
+
+
+def interruption_types_named(text: str) -> set[str]:
+    """Every interruption type ``text`` names, in canonical spelling."""
+    return {_canonical_type(match.group(1)) for match in _TYPE_PATTERN.finditer(text)}
 
 
 def interruption_type_named(text: str) -> str | None:

@@ -33,6 +33,18 @@ class Family(Choice):
     internvl = "internvl"
 
 
+# Each family's system turn, as its chat format writes it (models/chat.py; the exports write the same, so a
+# model sees one prompt whichever tool trains it): Qwen3-VL and InternVL have none.
+QWEN_SYSTEM_PROMPT = "You are a helpful assistant."
+SYSTEM_PROMPTS: dict[str, str | None] = {
+    Family.qwen2_vl: QWEN_SYSTEM_PROMPT,
+    Family.qwen2_5_vl: QWEN_SYSTEM_PROMPT,
+    Family.qwen3_vl: None,
+    Family.llava_onevision: QWEN_SYSTEM_PROMPT,  # the ChatML "qwen_1_5" format it was trained with
+    Family.internvl: None,
+}
+
+
 class ChatFormatVariant(Choice):
     """Which prompt format a model is trained and scored with (models/chat.py renders both). They differ for
     llava_onevision only: the other families' released chat templates give the model the same inputs."""
@@ -122,6 +134,11 @@ class DataConfig:
     synthetic: SyntheticDataConfig = field(default_factory=SyntheticDataConfig)
     build_synthetic: bool = False  # build the synthetic world and its datasets first; unset roots point there
     frame_cache: str | None = "${output_root}/frame_cache"  # decoded frames per (video, media spec)
+    # SFT: lay each step's samples end to end in as few rows as fit `pack_tokens` (best-fit decreasing),
+    # each sample with its own positions and attending only to itself (models/packing.py); the same samples,
+    # loss and gradients as padded rows, fewer padding tokens. SFT; Qwen-VL families; sdpa | eager attention.
+    packing: bool = False
+    pack_tokens: int | None = None  # a packed row's token budget; null: the step's longest sample
 
 
 @dataclass

@@ -23,8 +23,9 @@ from core.choice import Choice
 # Qwen-VL style models see frames as 14-px patches merged 2x2, so sides are multiples of 28.
 PATCH_GRID = 28
 # 2: frames resized as the Qwen-VL processors round (smart_resize), with a minimum; 3: a later span of a
-# video in the same sample sampled at the first span's frame rate (follow_on_spec)
-SPEC_VERSION = 3
+# video in the same sample sampled at the first span's frame rate (follow_on_spec); 4: frame indices as the
+# official sampler picks them (evenly spaced, first and last frame included), not segment midpoints
+SPEC_VERSION = 4
 
 
 class Decoder(Choice):
@@ -51,6 +52,10 @@ class MediaSpec:
             shrinks the video.
         timeout_s: a decode that takes longer is killed (with its worker process) and the video
             quarantined.
+        position_fps: the frame rate Qwen2.5-VL's temporal positions take a video to be sampled at.
+            2.0: as V2P-Bench's official script gets them (it passes no rate, so the processor assumes
+            its default of 2 fps, whatever the video); None: the rate the frames were really sampled at
+            (time-scaled positions, what we did before). The other families' positions do not use it.
     """
 
     decoder: Decoder = Decoder.decord
@@ -63,6 +68,7 @@ class MediaSpec:
     image_min_pixels: int = PATCH_GRID**2
     image_max_pixels: int = 84 * 84
     timeout_s: float = 60.0
+    position_fps: float | None = 2.0
 
     def __post_init__(self) -> None:
         self.decoder = Decoder(self.decoder)  # a spec built in code may name it as a string
@@ -75,13 +81,16 @@ class MediaSpec:
                 )
         if self.timeout_s <= 0:
             raise ValueError(f"media.timeout_s must be positive, got {self.timeout_s}")
+        if self.position_fps is not None and self.position_fps <= 0:
+            raise ValueError(f"media.position_fps must be positive or null, got {self.position_fps}")
 
     def to_dict(self) -> dict:
         return {"version": SPEC_VERSION, **asdict(self)}
 
     @property
     def fingerprint(self) -> str:
-        """A short hash of every field that changes the frames (not the timeout)."""
+        """A short hash of every field that changes what the model sees: the frames and their temporal
+        positions (not the timeout)."""
         fields = {k: v for k, v in self.to_dict().items() if k != "timeout_s"}
         return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -127,7 +136,9 @@ def resize_frames(frames: np.ndarray, min_pixels: int, max_pixels: int) -> np.nd
 
 
 def sample_indices(total_frames: int, fps: float, start: float, end: float, spec: MediaSpec) -> list[int]:
-    """Source frame indices sampled uniformly (segment midpoints) over ``[start, end]`` seconds."""
+    """Source frame indices sampled uniformly over ``[start, end]`` seconds, first and last frame included,
+    as V2P-Bench's official pipeline (qwen_vl_utils) picks them: ``linspace(first, last, count)`` rounded
+    (half to even, as torch rounds)."""
     first = min(max(0, int(math.floor(start * fps))), total_frames - 1)
     last = min(total_frames - 1, max(first, int(math.ceil(end * fps)) - 1))
     span = last - first + 1
@@ -136,8 +147,8 @@ def sample_indices(total_frames: int, fps: float, start: float, end: float, spec
     else:
         count = round((span / fps) * spec.fps)
     count = max(spec.min_frames, min(spec.max_frames, count))
-    # Midpoints of `count` equal segments; repeats are fine when the span is shorter than `count`.
-    return [first + min(span - 1, int((i + 0.5) * span / count)) for i in range(count)]
+    # Repeats are fine when the span is shorter than `count`.
+    return np.round(np.linspace(first, last, count)).astype(int).tolist()
 
 
 def _decode_decord(path: str, start: float, end: float, spec: MediaSpec) -> Clip:

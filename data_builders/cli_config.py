@@ -20,7 +20,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from core.choice import Choice
-from core.config import SyntheticDataConfig
+from core.config import Family, SyntheticDataConfig
+from core.decoding import MediaSpec
 from core.vocab import PAPER_MIX, InterruptionType, ItemForm, PromptShape
 from data_builders.phrasings import PhraseBank
 from data_builders.qc import QcConfig
@@ -137,6 +138,9 @@ class VpSftBuild:
     qc: QcConfig = field(default_factory=QcConfig)  # quality control (qc.py)
 
 
+FAMILY_SYSTEM = "family"  # ExportBuild.system: the model family's own system turn
+
+
 @dataclass
 class ExportBuild:
     """An HF dataset of Sample rows as LLaMA-Factory or ms-swift data; see :mod:`data_builders.export`."""
@@ -145,9 +149,15 @@ class ExportBuild:
     format: ExportFormat = ExportFormat.llamafactory  # the training tool's format
     out: str = MISSING  # output directory
     name: str | None = None  # dataset name (file name, dataset_info.json key); None: the out folder's name
-    system: str | None = "You are a helpful assistant."  # put first, as our chat format does; None: none
+    # The model family the export is for: its chat format's system turn is written first (Qwen3-VL and
+    # InternVL have none), and README.md gives the tools' media settings for it.
+    family: Family = Family.qwen2_5_vl
+    system: str | None = FAMILY_SYSTEM  # "family": the family's own system turn; None: none; else this text
     clip_fps: float | None = 4.0  # frame rate of trimmed span clips; None: the source's
     clip_max_side: int = 640  # longer side of trimmed span clips, px
+    # The frames our training takes per span (the run's `media`): README.md gives each tool's settings
+    # that come closest to them.
+    media: MediaSpec = field(default_factory=MediaSpec)
 
 
 @dataclass

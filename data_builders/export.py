@@ -30,7 +30,13 @@ true``; ms-swift likewise unless ``--loss_scale last_round``. Set those; ``<out>
 so too. A sample whose loss is elsewhere, whose turns do not alternate user/assistant, or whose text
 already contains a placeholder is left out and listed in ``export_info.json`` with the reason.
 
-Paths in the export are absolute.
+Paths. LLaMA-Factory resolves a relative media path against ``dataset_dir``, so its export names its
+own clips relative to the export folder (the folder can be moved); ms-swift resolves them against the
+working directory only, so its export names every path absolutely. Whole-file media stay absolute.
+
+System turn. The export writes the system turn of ``family``'s chat format (Qwen3-VL and InternVL have
+none), unless ``system`` gives another. ``<out>/README.md`` gives each tool's media settings closest to the
+frames our training takes (``media``) and says what they cannot reproduce.
 """
 
 from __future__ import annotations
@@ -43,10 +49,12 @@ from typing import Any
 
 import numpy as np
 
+from core.config import SYSTEM_PROMPTS
+from core.decoding import MediaSpec
 from core.errors import ConfigError, DataError, DecodeError
 from core.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
 from core.sample import Part, Sample
-from data_builders.cli_config import ExportBuild, ExportFormat
+from data_builders.cli_config import FAMILY_SYSTEM, ExportBuild, ExportFormat
 
 EXPORT_FORMATS = tuple(fmt.value for fmt in ExportFormat)
 PLACEHOLDERS = {"video": "<video>", "image": "<image>"}
@@ -80,7 +88,7 @@ class ClipWriter:
         self.written = 0
 
     def path_for(self, part: Part) -> str:
-        """The absolute path the export names for a video part.
+        """The absolute path of the file that holds a video part.
 
         Raises:
             DecodeError: the video cannot be read.
@@ -123,7 +131,9 @@ class ClipWriter:
         rate = self.fps or fps
         scale = min(1.0, self.max_side / max(width, height))
         size = (max(2, int(width * scale) // 2 * 2), max(2, int(height * scale) // 2 * 2))
-        count = max(1, round((end - start) * rate))
+        # Two frames at least: Qwen's temporal patch is 2, and ms-swift (qwen-vl-utils) fails on a one-frame
+        # clip, then silently trains on a random other row instead.
+        count = max(2, round((end - start) * rate))
         # Frame i shows the source at the middle of its 1/rate-long slot, so the clip lasts end - start.
         times = start + (np.arange(count) + 0.5) * (end - start) / count
         try:
@@ -202,19 +212,33 @@ def export_conversations(
     fmt, out_dir = str(cfg.format), Path(cfg.out)
     name = cfg.name or out_dir.resolve().name
     clips = ClipWriter(out_dir / "clips", cfg.clip_fps, cfg.clip_max_side)
+    system = SYSTEM_PROMPTS[cfg.family] if cfg.system == FAMILY_SYSTEM else cfg.system
     rows, skipped = [], []
     for sample, extra in items:
         try:
-            rows.append({**conversation(sample, clips, cfg.system), **extra})
+            rows.append({**conversation(sample, clips, system), **extra})
         except (DataError, DecodeError) as err:
             skipped.append((sample.id, str(err)))
     if not rows:
         unit = "pair" if pairs else "sample"
         raise DataError(str(out_dir), f"no {unit} could be exported ({len(skipped)} skipped)")
+    if fmt == "llamafactory":  # it resolves relative paths against dataset_dir: the export can move
+        rows = [_inside_relative(row, out_dir) for row in rows]
     write = _write_llamafactory if fmt == "llamafactory" else _write_swift
     result = ExportResult(write(rows, out_dir, name, pairs), len(rows), skipped, clips.written)
-    _write_info(out_dir, fmt, name, result, rows, pairs)
+    _write_info(out_dir, cfg, name, result, rows, pairs)
     return result
+
+
+def _inside_relative(row: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """``row`` with the media inside ``out_dir`` (its clips) named relative to it; the rest stay absolute,
+    so moving the export folder breaks neither."""
+    root = out_dir.resolve()
+
+    def named(path: str) -> str:
+        return str(Path(path).relative_to(root)) if Path(path).is_relative_to(root) else path
+
+    return {**row, "videos": [named(p) for p in row["videos"]], "images": [named(p) for p in row["images"]]}
 
 
 def _used_media(rows: list[dict[str, Any]]) -> list[str]:
@@ -281,8 +305,9 @@ def _how_to_train(fmt: str, out_dir: Path, name: str, path: Path, pairs: bool) -
 
 
 def _write_info(
-    out_dir: Path, fmt: str, name: str, result: ExportResult, rows: list[dict[str, Any]], pairs: bool
+    out_dir: Path, cfg: ExportBuild, name: str, result: ExportResult, rows: list[dict[str, Any]], pairs: bool
 ) -> None:
+    fmt = str(cfg.format)
     info = {
         "format": fmt,
         "name": name,
@@ -299,10 +324,47 @@ def _write_info(
     readme = (
         f"# {name} ({title})\n\n{result.rows} {unit}, {info['videos']} videos, {info['images']} images; "
         f"{len(result.skipped)} left out (see {EXPORT_INFO_FILE}).\n\n"
-        "Video spans that are not a whole file are trimmed clips under clips/.\n\n"
-        f"```\n{_how_to_train(fmt, out_dir, name, result.path, pairs)}\n```\n"
+        "Video spans that are not a whole file are trimmed clips under clips/ (at least 2 frames each).\n"
+        f"{_PATHS[fmt]}\n\n"
+        f"```\n{_how_to_train(fmt, out_dir, name, result.path, pairs)}\n```\n\n"
+        f"{media_settings(fmt, cfg.media, cfg.clip_fps)}\n"
     )
     write_text_atomic(out_dir / "README.md", readme)
+
+
+_PATHS = {
+    "llamafactory": "Clip paths are relative to this folder (LLaMA-Factory resolves them against "
+    "dataset_dir), so the folder can be moved; whole-file media keep their absolute paths.",
+    "swift": "Media paths are absolute: ms-swift resolves a relative path against the working directory or "
+    "ROOT_IMAGE_DIR only, so after moving this folder export it again (or set ROOT_IMAGE_DIR).",
+}
+
+
+def media_settings(fmt: str, media: MediaSpec, clip_fps: float | None) -> str:
+    """The README section giving the tool's media settings closest to our ``media`` (the frames our own
+    training takes per span), and what they cannot reproduce."""
+    pixels = (media.min_pixels, media.max_pixels, media.image_min_pixels, media.image_max_pixels)
+    frames = media.num_frames or media.max_frames
+    fps = clip_fps or 2.0
+    if fmt == "llamafactory":
+        settings = (
+            f"video_min_pixels: {pixels[0]}\nvideo_max_pixels: {pixels[1]}\nimage_min_pixels: {pixels[2]}\n"
+            f"image_max_pixels: {pixels[3]}\nvideo_fps: {fps:g}\nvideo_maxlen: {frames}"
+        )
+    else:
+        settings = (
+            f"VIDEO_MIN_PIXELS={pixels[0]} VIDEO_MAX_PIXELS={pixels[1]} MIN_PIXELS={pixels[2]} "
+            f"MAX_PIXELS={pixels[3]} FPS={fps:g} FPS_MAX_FRAMES={frames} FPS_MIN_FRAMES={media.min_frames}"
+        )
+    return (
+        "## Media settings\n\n"
+        f"The tool's defaults sample other frames than our training does. Closest to our media spec "
+        f"({frames} frames per span, {pixels[0]}-{pixels[1]} px per frame, prompt images "
+        f"{pixels[2]}-{pixels[3]} px):\n\n```\n{settings}\n```\n\n"
+        "Not reproduced: the tools sample each clip at one frame rate, capped at the frame count, so a "
+        "short span gets fewer frames than our fixed count; and an interruption span, which our sampler "
+        "takes at the question span's frame rate (follow-on sampling), gets the tool's own rate."
+    )
 
 
 def saved_dataset(path: str | Path):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +34,14 @@ import numpy as np
 
 from core.errors import ConfigError, DataError, DataErrors
 from core.files import link_or_copy, read_jsonl, write_json_atomic, write_text_atomic
+from core.text_models import TextBackend
 from core.vocab import PAPER_MIX, InterruptionType
 from data_builders.build import BUILDER_VERSION
 from data_builders.cli_config import OviSourceBuild, OviTrainBuild, OviTrainPaperBuild
 from data_builders.outputs import save_build
 from data_builders.ovi_format import OVI_FILE, release_ovibench
 from data_builders.phrasings import PHRASINGS_VERSION
+from data_builders.questions import QuestionConfig
 
 SOURCES_DIR = "sources"
 SOURCE_RECORD = "compose_source.json"  # the settings a source's build was made with; written last
@@ -135,8 +137,28 @@ def _source_build(
         format=source.format,
         source_options=dict(source.source_options),
         source=name,
-        questions=cfg.questions,
+        questions=paper_questions(cfg.questions),
     )
+
+
+def paper_questions(questions: QuestionConfig) -> QuestionConfig:
+    """The paper's recipe asks a VLM for the questions (OVIBench Fig. 3a): an endpoint given
+    (``builder.questions.endpoint.base_url``) is used without ``backend=endpoint`` having to be said too;
+    without one, the questions come from templates and composition.md says so."""
+    if questions.backend is TextBackend.none and questions.endpoint.base_url:
+        return replace(questions, backend=TextBackend.endpoint)
+    return questions
+
+
+def questions_line(questions: QuestionConfig) -> str:
+    """How the questions were written, against the paper's VLM-generated ones."""
+    if questions.backend is TextBackend.none:
+        return (
+            "Questions: templates, NOT the paper's VLM-generated ones (OVIBench Fig. 3a); give "
+            "builder.questions.endpoint.base_url and builder.questions.model for the paper's"
+        )
+    seen = f"{questions.frames} frames of each segment" if questions.frames else "the captions only"
+    return f"Questions: {questions.backend} model {questions.model}, shown {seen}"
 
 
 def _build_source(build: OviTrainBuild) -> tuple[Path, str]:
@@ -225,6 +247,7 @@ def _write_composition(
             for c in compositions
         },
         "total": {"target": total_target, "achieved": total_achieved},
+        "questions": questions_line(paper_questions(cfg.questions)),
     }
     write_json_atomic(out / COMPOSITION_JSON, record, indent=2)
     table = _table(compositions, total_target, total_achieved)
@@ -233,7 +256,7 @@ def _write_composition(
         f"# OVI-Train composition\n\nInstances ({INSTANCE}: {forms}; {rows} rows) by source and type, "
         f"achieved / target. Each source x type is a seeded draw (seed {cfg.seed}) of its target from the "
         "instances built; a source with too few gives all it has (marked short), never repeats.\n\n"
-        f"{table}"
+        f"{record['questions']}.\n\n{table}"
     )
     write_text_atomic(out / COMPOSITION_MD, text)
     return table

@@ -293,17 +293,20 @@ def build_ovi_items(
         TextModelError: a model backend failed on the first 3 segments it was asked about.
     """
     shares = mix_shares(cfg.mix)
-    return _items(cfg, shares, questions or make_question_generator(cfg.questions, cfg.out))
+    rows, quarantined, _ = _items(cfg, shares, questions or make_question_generator(cfg.questions, cfg.out))
+    return rows, quarantined
 
 
 def _items(
     cfg: OviTrainBuild, shares: dict[str, float], questions: QuestionGenerator
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """:func:`build_ovi_items` with the mix already normalised."""
+) -> tuple[list[dict[str, Any]], list[str], int]:
+    """:func:`build_ovi_items` with the mix already normalised; also how many segment ends were moved onto
+    their video's end (past its duration by no more than the annotation's rounding)."""
     _check_settings(cfg)
     rng, videos_dir = np.random.default_rng(cfg.seed), Path(cfg.videos)
     source = str(cfg.source or cfg.format)
     videos, quarantined = read_source(cfg.format, cfg.captions, videos_dir, **cfg.source_options)
+    moved_to_end = sum(caption.moved_to_end for video in videos for caption in video.captions)
     present = []
     for video in videos:
         if not (videos_dir / video.file).is_file():
@@ -341,7 +344,7 @@ def _items(
             row_id = f"{source}-{scene.video.key}-{scene.caption.index:03d}-{form}"
             rows.append({"id": row_id, **base, "format": form, **extra})
     rows.sort(key=lambda r: r["id"])
-    return rows, quarantined
+    return rows, quarantined, moved_to_end
 
 
 def _annotations(scene: _Scene) -> list[dict[str, Any]]:
@@ -378,7 +381,7 @@ def build_ovi_train(cfg: OviTrainBuild) -> Path:
     out_dir = Path(cfg.out)
     shares = mix_shares(cfg.mix)
     generator = make_question_generator(cfg.questions, out_dir)
-    rows, quarantined = _items(cfg, shares, generator)
+    rows, quarantined, moved_to_end = _items(cfg, shares, generator)
     if not rows:
         raise DataError(str(cfg.captions), f"no usable caption segments ({len(quarantined)} quarantined)")
     for file in sorted({r["video_path"].removeprefix("videos/") for r in rows}):
@@ -395,7 +398,14 @@ def build_ovi_train(cfg: OviTrainBuild) -> Path:
         "source_options": dict(cfg.source_options),
         "questions": generator.summary(),
     }
-    report = _report(rows, quarantined, seed=cfg.seed, captions=str(cfg.captions), settings=settings)
+    report = _report(
+        rows,
+        quarantined,
+        seed=cfg.seed,
+        captions=str(cfg.captions),
+        settings=settings,
+        segment_ends_moved_to_video_end=moved_to_end,
+    )
     return save_build(out_dir, samples, report)
 
 
@@ -425,10 +435,17 @@ def _report(rows: list[dict], quarantined: list[str], **info: Any) -> BuildRepor
     stats += f"Rows by phrasing x type (bank {phrasings['bank']}, phrasings v{phrasings['version']}).\n\n"
     stats += f"{by_phrasing}\nRows by question kind x type ({_kind_shares(rows)}).\n\n{by_kind}\n"
     stats += f"Quarantined: {len(quarantined)}\n"
+    moved = info["segment_ends_moved_to_video_end"]
+    stats += (
+        f"Segment ends moved onto the video's end: {moved} (past the stated duration by no more than the "
+        "annotation's own rounding)\n"
+    )
     questions = info["settings"].get("questions", {})
     if questions.get("backend", "template") != "template":
         counts = ", ".join(f"{k} {questions[k]}" for k in ("generated", "from_cache", "failed", "errors"))
         stats += f"Questions: {questions['backend']} ({counts})\n"
+    else:  # the paper's are VLM-generated (OVIBench Fig. 3a)
+        stats += "Questions: templates, not the paper's VLM-generated ones (questions.backend=endpoint)\n"
     summary = {
         **info,
         "rows": len(rows),

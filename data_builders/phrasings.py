@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from core.choice import Choice
 
-PHRASINGS_VERSION = 1
+PHRASINGS_VERSION = 2  # 2: no phrasing of one bank inside another bank's ("Go on." in "mmm go on")
 
 
 class PhraseBank(Choice):
@@ -128,20 +128,20 @@ TRAIN = Phrasings(
         "Just stop, please.",
     ),
     false_triggers=(
-        "Uh-huh.",
+        "Aha.",
         "Mm-hmm.",
         "Hold on honey, I'm on a call.",
         "Yeah, I'll be right there!",
         "Sorry, that was the TV.",
-        "Right.",
-        "Okay.",
+        "Gotcha.",
+        "Alrighty.",
         "I see.",
-        "Go on.",
-        "Yeah, yeah.",
+        "Carry on.",
+        "Yes, yes.",
         "One sec, Mom, I'm listening to this.",
         "Can someone get the door?",
         "Oh, the kettle's boiling.",
-        "Hmm.",
+        "Hm, hm.",
         "Interesting.",
         "Put it on the table, thanks.",
         "Sorry, the dog is barking.",
@@ -157,7 +157,7 @@ TRAIN = Phrasings(
         "No, I was asking about the {}.",
         "Actually, tell me about the {} instead.",
         "Oops, I meant to ask about the {}.",
-        "Not that one, the {}.",
+        "The other one, the {}.",
         "Hang on, I'm asking about the {}.",
         "Let me rephrase: what about the {}?",
     ),
@@ -228,15 +228,15 @@ EVAL = Phrasings(
         "Thank you, no further answer needed.",
     ),
     false_triggers=(
-        "Mhm.",
+        "Uh-hm.",
         "Uh, okay.",
         "Yep.",
         "Oh, sorry, I was talking to my friend.",
         "Honey, can you turn the music down?",
         "Sorry, that was my phone.",
         "Ah, got it.",
-        "Cool.",
-        "Nice.",
+        "Groovy.",
+        "Neat.",
         "Keep going.",
         "Yeah, I'm listening.",
         "Not now, Sam, I'm busy.",

@@ -7,6 +7,7 @@
     python -m eval score_file=/data/V2P-Bench/responses.jsonl run_name=score_qwen   # no model runs
     python -m eval data=synthetic show_prompt=ITEM_ID   # the exact prompt of one item, as rendered
     python -m eval compare RESULTS_A RESULTS_B --out DIR   # paired comparison (eval/compare.py)
+    python -m eval view RUN_DIR   # the results viewer: one self-contained HTML page (eval/viewer.py)
 """
 
 from __future__ import annotations
@@ -54,5 +55,9 @@ if __name__ == "__main__":
         from eval.compare import main as compare_main
 
         compare_main(sys.argv[2:])
+    elif sys.argv[1:2] == ["view"]:  # the results viewer of a run directory (eval/viewer.py)
+        from eval.viewer import main as view_main
+
+        view_main(sys.argv[2:])
     else:
         main()

@@ -19,6 +19,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from core.cli import run_cli
 from core.errors import DataError
@@ -52,14 +53,17 @@ def load_model_results(directory: str | Path) -> dict[str, list[dict]]:
     return results
 
 
-# What may differ between two models compared: the chat format is the family's own.
-_MAY_DIFFER = ("chat_format", "setting")
+# What may differ between two models compared: the chat format is the family's own; the judge is
+# compared by what judged the records (``judge_mismatches``), since a model judged by none has nothing
+# judged to compare.
+_MAY_DIFFER = ("chat_format", "setting", "judge")
 
 
-def mismatches(first: Path, second: Path) -> list[str]:
+def mismatches(first: Path, second: Path, results: list[dict[str, list[dict]]] | None = None) -> list[str]:
     """What the two models' predictions were made under differently, per benchmark both evaluated: a
-    benchmark version, generation settings, the OVI protocol, the media spec or the dtype. Chat formats may
-    differ (two families compared). Results without a record of their settings (older runs) are named."""
+    benchmark version, generation settings, the OVI protocol, the media spec, the dtype, or (given their
+    ``results``) the judge of their judged metrics. Chat formats may differ (two families compared).
+    Results without a record of their settings (older runs) are named."""
     made_with = [_settings(directory) for directory in (first, second)]
     if not all(made_with):
         missing = [str(d) for d, found in zip((first, second), made_with, strict=True) if not found]
@@ -70,6 +74,30 @@ def mismatches(first: Path, second: Path) -> list[str]:
         for key in sorted((a.keys() | b.keys()) - set(_MAY_DIFFER)):
             if a.get(key) != b.get(key):
                 found.append(f"{bench}: {key} {a.get(key)!r} vs {b.get(key)!r}")
+    if results is not None:
+        found += judge_mismatches(*results)
+    return found
+
+
+def judges_of(records: list[dict]) -> set[str]:
+    """Every judge (identity and rubric version) that scored a metric of these records."""
+    return {
+        f"{judgement.get('judge')} (rubric {judgement.get('rubric_version')})"
+        for record in records
+        for judgement in (record.get("judgements") or {}).values()
+        if judgement.get("score") is not None
+    }
+
+
+def judge_mismatches(first: dict[str, list[dict]], second: dict[str, list[dict]]) -> list[str]:
+    """Benchmarks whose judged metrics were scored by different judges (or rubric versions) in the two
+    results: judges differ from each other by points (OVIBench Table 1), so such deltas measure the
+    judges. A side judged by none has no judged metric to pair and is no mismatch."""
+    found = []
+    for bench in sorted(first.keys() & second.keys()):
+        a, b = judges_of(first[bench]), judges_of(second[bench])
+        if a and b and a != b:
+            found.append(f"{bench}: judge {sorted(a)} vs {sorted(b)}")
     return found
 
 
@@ -83,6 +111,22 @@ def scored(results: dict[str, list[dict]]) -> dict[str, list[dict]]:
     return {
         bench: scored_records(BENCHMARKS[bench], records, ANY_JUDGE) for bench, records in results.items()
     }
+
+
+def _judges(results: list[dict[str, list[dict]]], labels: list[str]) -> dict[str, Any] | str:
+    """The summary's ``judge`` entry: what judged the records, per model and judged benchmark."""
+    of_models = {
+        label: {
+            bench: sorted(judges_of(records)) for bench, records in of_model.items() if judges_of(records)
+        }
+        for label, of_model in zip(labels, results, strict=True)
+    }
+    every = sorted(
+        {judge for of_model in of_models.values() for names in of_model.values() for judge in names}
+    )
+    if not every:
+        return "none (no judged records)"
+    return {"identity": "; ".join(every), "models": of_models}
 
 
 def model_label(directory: Path) -> str:
@@ -111,7 +155,7 @@ def compare(
     """
     first, second = Path(first), Path(second)
     results = [load_model_results(first), load_model_results(second)]
-    different = mismatches(first, second)
+    different = mismatches(first, second, results)
     if different and not allow_mismatch:
         listed = "\n  ".join(different)
         raise DataError(
@@ -129,6 +173,7 @@ def compare(
         {
             "compared": {"first": str(first), "second": str(second)},
             "reference": labels[0],
+            "judge": _judges(results, labels),
             **({"not_comparable": different} if different else {}),
         },
         n_resamples=n_resamples,

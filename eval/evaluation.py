@@ -37,9 +37,11 @@ from eval.judging import Judging, judge_summary, make_judge
 from eval.outputs import log_model, write_summary
 from eval.predictor import NotServed, Predictor
 from eval.results_cache import ResultsCache, Weights, item_fingerprint
+from eval.rubrics import RUBRIC_VERSION
 from eval.scored import scored_record
 from eval.served import ENGINE
 from eval.training_curves import training_curves
+from eval.viewer import write_viewer_quietly
 from models.chat import chat_format_for, follows_on
 from models.loading import resolve_dtype
 
@@ -154,6 +156,7 @@ class Evaluation:
                 bench: {
                     **suite.made_with,
                     "setting": suite.setting,
+                    **_note("judge", self._judge_identity(suite.bench)),
                     **_note("not_scored", not_scored.get(bench)),
                 }
                 for bench, suite in self.suites.items()
@@ -168,6 +171,13 @@ class Evaluation:
     @property
     def benchmarks(self) -> dict[str, Benchmark]:
         return {name: suite.bench for name, suite in self.suites.items()}
+
+    def _judge_identity(self, bench: Benchmark) -> str | None:
+        """What judges ``bench``'s open-ended items (model, endpoint or local, decoding, rubric version),
+        for settings.json; None where nothing is judged. Compare checks it against the records' own."""
+        if self.judge is None or not bench.has_judge:
+            return None
+        return f"{self.judge.identity} (rubric {RUBRIC_VERSION})"
 
     def _judge(self, bench: Benchmark, records: list[dict], results: JsonlStore, desc: str) -> None:
         """Judge what is pending; append each record whose judgements changed."""
@@ -248,6 +258,7 @@ class Evaluation:
         summary = write_summary(
             self.run_dir, models, scored, extra, self.cfg.eval.bootstrap_resamples, described, self.benchmarks
         )
+        write_viewer_quietly(self, summary, stored)  # viewer.html beside the report (eval/viewer.py)
         return summary, stored
 
     def _described(self, suite: Suite, scored: dict[str, dict[str, list[dict]]]) -> dict[str, Any]:

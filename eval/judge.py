@@ -4,7 +4,9 @@ Practice followed (shared/spec/benchmarks.md §3): the judge model and temperatu
 pinned; the prompt asks for JSON only; the first JSON object in the reply is parsed, with the first
 number as fallback; the score is clamped to the metric's scale; requests are retried a bounded number
 of times with backoff; every judgement keeps its raw reply, parse status and judge identity; a metric
-that could not be judged has score None and is counted apart, never averaged in as a zero; judgements
+that could not be judged (no reply) has score None and is counted apart and asked again, while a reply of
+"N/A", of less than 1 on the 1-10 scale or with no score at all counts 0, as the paper's means count
+them (its False-Trigger CFS is 0.69, below the scale's floor); judgements
 are cached by (judge, rubric version, metric, prompt) so a re-run costs nothing.
 
 The judge is any text model (``core.text_models``: an OpenAI-compatible endpoint or a local
@@ -39,6 +41,12 @@ from eval.rubrics import (
 )
 
 UNJUDGED = "unjudged"
+NOT_APPLICABLE = "not_applicable"
+BELOW_SCALE = "below_scale"
+UNPARSEABLE = "unparseable"
+# Statuses of a judge's reply that the summary scores 0, as the paper's means count N/A and failures
+# (eval/scored.py); a request that got no reply at all (UNJUDGED) is counted apart and asked again.
+ZERO_STATUSES = (NOT_APPLICABLE, BELOW_SCALE, UNPARSEABLE)
 JUDGE_SEED = 0  # sent to servers that take one: a judgement is reproducible
 
 
@@ -46,6 +54,7 @@ JUDGE_SEED = 0  # sent to servers that take one: a judgement is reproducible
 # Reply parsing
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_NOT_APPLICABLE = re.compile(r"\W*(n/?a|not applicable)\W*", re.IGNORECASE)
 
 
 def parse_judgement(text: str, scale: Scale) -> tuple[float | None, str]:
@@ -62,17 +71,33 @@ def parse_judgement(text: str, scale: Scale) -> tuple[float | None, str]:
 
     Returns:
         ``(score, status)``; status is "ok" (from JSON, in range), "fallback_number" (from a bare number,
-        in range), "clamped" (the value had to be moved onto the scale, whichever way it was found) or
-        "unparseable" (no number; score None).
+        in range), "clamped" (the value had to be moved onto the scale, whichever way it was found),
+        "not_applicable" (the verdict is "N/A": score 0), "below_scale" (under 1 on the 1-10 scale:
+        score 0) or "unparseable" (no number; score None, which the summary counts as 0 too).
+        The zeros are the paper's: its 1-10 means go below 1 (False Trigger CFS 0.69), which only
+        zeros for N/A and failed judgements can make.
     """
     body = strip_thinking(text or "")
+    if _says_not_applicable(body):
+        return 0.0, NOT_APPLICABLE
     value, status = _json_score(body), "ok"
     if value is None:
         value, status = _first_number(body), "fallback_number"
     if value is None:
-        return None, "unparseable"
+        return None, UNPARSEABLE
+    if scale != BINARY and value < scale[0]:  # below the 1-10 floor: the paper's means count it as 0
+        return 0.0, BELOW_SCALE
     clamped = _clamp(value, scale)
     return clamped, ("clamped" if clamped != value else status)
+
+
+def _says_not_applicable(text: str) -> bool:
+    """Whether the reply's verdict is "N/A" (``{"score": "N/A"}``, or the bare word), not a number."""
+    for obj in _json_objects(text):
+        for key, value in obj.items():
+            if str(key).lower() == "score":
+                return value is None or (isinstance(value, str) and bool(_NOT_APPLICABLE.fullmatch(value)))
+    return bool(_NOT_APPLICABLE.fullmatch(text))
 
 
 def parse_class(text: str) -> tuple[str | None, str]:
@@ -87,7 +112,7 @@ def parse_class(text: str) -> tuple[str | None, str]:
         if isinstance(named, str) and interruption_type_named(named):
             return interruption_type_named(named), "ok"
     named = interruption_type_named(body)
-    return (named, "fallback_class") if named else (None, "unparseable")
+    return (named, "fallback_class") if named else (None, UNPARSEABLE)
 
 
 def _json_score(text: str) -> float | None:

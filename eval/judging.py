@@ -62,7 +62,11 @@ def judge_summary(judge: Judge | None, metrics: list[str] | None = None) -> str 
         "reconstructed": {
             name: METRICS[name].source for name in names if "reconstructed" in METRICS[name].source
         },
-        "unjudged": "metrics the judge could not score are counted in n_unjudged, never averaged in",
+        "unjudged": "metrics the judge gave no reply for are counted in n_unjudged, never averaged in",
+        "zeros": (
+            "a reply of N/A, below 1 on the 1-10 scale or with no score counts 0, as the paper's means "
+            "count them (its False-Trigger CFS is 0.69); counted in n_zero"
+        ),
         # The paper's judge saw the video; ours is a text model, so the summary says what it saw instead.
         "evidence": (
             "text only, no frames: each item's visual_evidence (the source's captions up to the "
@@ -93,13 +97,16 @@ class Judging:
         if self.judge is None:
             return False
         wanted = self.metrics(bench, record)
-        return len(judged_scores(record, wanted, self.identity)) < len(wanted)
+        scores, _ = judged_scores(record, wanted, self.identity)
+        return len(scores) < len(wanted)
 
     def judge_record(self, bench: Benchmark, record: dict) -> dict:
         """A copy of ``record`` with this judge's judgements of its metrics (earlier ones replaced)."""
         meta = record["meta"]
         if "truncated_answer" in record:  # simulated: the answer cut by the interruption is the model's own
+            finished = bool(record.get("simulation", {}).get("answer_finished"))
             meta = {**meta, "partial_answer": record["truncated_answer"], "own_answer": True}
+            meta.update({"answer_finished": True} if finished else {})
         result = self.judge.judge_record({**record, "meta": meta}, self.metrics(bench, record))
         return {**record, "judgements": result.judgements}
 

@@ -32,7 +32,7 @@ def write_summary(
         extra: the summary's other top-level entries (media spec, generation settings, quarantine, judge).
         described: benchmark -> what its entry says of how its numbers were made (version, settings,
             notes such as the protocol).
-        benchmarks: the run's benchmarks, by name (their metric order, weighting, graded metrics).
+        benchmarks: the run's benchmarks, by name (their metric order, strata, graded metrics).
     """
     (base, _), *rest = models
     checkpoints = [(name, step, scored[name]) for name, step in rest]

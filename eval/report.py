@@ -145,10 +145,21 @@ def _benchmark_section(
     overall = {key: metric for key, metric in entry["metrics"].items() if "/" not in key}
     reference, header = reference_name(summary), _reference_header(summary)
     lines += _headline_table(overall, names, header, graded)
+    reconstructed = {m: why for m, why in (entry.get("reconstructed") or {}).items() if m in overall}
+    lines += [f"- `{metric}` is not the paper's: {why}" for metric, why in reconstructed.items()]
+    lines += [""] if reconstructed else []
     order = BENCHMARKS[benchmark].category_order if benchmark in BENCHMARKS else {}
     last = names[-1] if names else None
     lines += _category_tables(entry["metrics"], last, reference, header, order, graded)
     return lines + figures
+
+
+def _counts_by_model(summary: dict[str, Any], entry: dict[str, Any], names: list[str], count: str) -> dict:
+    """One of the entry's counts for the reference and the last checkpoint, by model name."""
+    counts = {reference_name(summary): entry.get(count, 0)}
+    if names:
+        counts[names[-1]] = entry.get("checkpoints", {}).get(names[-1], {}).get(count, 0)
+    return counts
 
 
 def _status_line(summary: dict[str, Any], benchmark: str, entry: dict[str, Any], names: list[str]) -> str:
@@ -157,13 +168,18 @@ def _status_line(summary: dict[str, Any], benchmark: str, entry: dict[str, Any],
     if quarantined:
         reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(quarantined.items()))
         parts.append(f"quarantined: {sum(quarantined.values())} ({reasons})")
-    unjudged = {reference_name(summary): entry.get("n_unjudged", 0)}
-    if names:
-        unjudged[names[-1]] = entry.get("checkpoints", {}).get(names[-1], {}).get("n_unjudged", 0)
+    unjudged = _counts_by_model(summary, entry, names, "n_unjudged")
+    judge = summary.get("judge")
     if any(unjudged.values()):
         counts = ", ".join(f"{name} {count}" for name, count in unjudged.items())
-        parts.append(f"judged metrics without a score: {counts} (excluded from every mean)")
-    judge = summary.get("judge")
+        why = "not judged (no judge)" if isinstance(judge, str) else "with no reply from the judge"
+        parts.append(f"judged metrics {why}: {counts} (excluded from every mean)")
+    zeros = _counts_by_model(summary, entry, names, "n_zero")
+    if any(zeros.values()):
+        counts = ", ".join(f"{name} {count}" for name, count in zeros.items())
+        parts.append(
+            f"judged metrics scored 0 for an N/A, sub-1 or scoreless reply: {counts} (as the paper counts)"
+        )
     if judge and (any(unjudged.values()) or any(_is_judged(key) for key in entry["metrics"])):
         parts.append(f"judge: {judge['identity'] if isinstance(judge, dict) else judge}")
     if entry.get("n_simulated"):

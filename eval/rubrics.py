@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-RUBRIC_VERSION = "ovi-2"
+RUBRIC_VERSION = "ovi-3"  # 3: answers that ended before their interruption called finished; IFA not nested
 
 Scale = tuple[int, int]
 BINARY: Scale = (0, 1)
@@ -103,22 +103,22 @@ IFA = Metric(
     title="IFA (interruption following, binary)",
     scale=BINARY,
     definition=(
-        "Does the WHOLE response actually follow the interruption, from its first word to its last? "
-        "Stricter than the reaction class: a response with the right class still fails if any part of it "
-        "goes against the interruption."
+        "Does the response, by its end, do what the user's interruption wanted? Judge the outcome only, "
+        "independently of the reaction class: a response can follow the interruption while its reaction "
+        "is of the wrong class (e.g. it asks whether the user wants it to stop, then goes on with the "
+        "original answer after a False Trigger), and the reverse."
     ),
     levels=(
         (
             1,
-            "Every part follows the interruption: after a Cancellation nothing of the old answer goes on "
-            "beyond a brief acknowledgement; after a False Trigger the original answer continues without "
-            "addressing the signal and without repeating what was already said; after a Correction the "
-            "whole response answers the corrected question, with no part still asserting the old "
-            "conclusion.",
+            "The outcome is what the interruption wanted: after a Cancellation the old answer does not go "
+            "on; after a False Trigger the original answer goes on; after a Correction the response answers "
+            "the corrected question, with no part still asserting the old conclusion.",
         ),
-        (0, "Some part of the response does not follow the interruption."),
+        (0, "The outcome is not what the interruption wanted."),
     ),
-    source="reconstructed (benchmarks.md §2); the paper gives no definition",
+    # Not nested in IAC: the paper's IFA exceeds its IAC (VideoLLaMA3-7B False Trigger 48.27 vs 34.52).
+    source="reconstructed (benchmarks.md §2); the paper gives no definition, and its IFA can exceed its IAC",
 )
 
 TFS = Metric(
@@ -290,7 +290,7 @@ CCS = Metric(
 
 CA_OPEN = Metric(
     name="ca_open",
-    title="CA (interruption type, as the reaction treats it)",
+    title="CA (interruption type, as the reaction treats it)",  # in the judge's prompt: changing it re-judges
     scale=BINARY,
     definition=(
         "Which interruption type does the MODEL RESPONSE treat the interruption as? Read only what the "
@@ -304,8 +304,11 @@ CA_OPEN = Metric(
         (1, "Correction: the response revises, answering the changed question or premise."),
     ),
     source=(
-        "reconstructed (the paper reports CA for open-ended items, 'the accuracy of interruption-type "
-        "classification', without saying who classifies): the type the reaction implies, named by the judge"
+        "reconstructed, and NOT the paper's open-ended CA: the type the reaction implies, named by the "
+        "judge. The paper's tables rule this reading out (Table 12: Cancellation CA 100% for all six models "
+        "while their Cancellation IAC is 51-96%), which fits the model naming the type, as in the "
+        "multiple-choice form; the paper does not say how an open-ended reply is made to name it, so that "
+        "number is not reproduced"
     ),
     classes=ALL_TYPES,
 )
@@ -313,7 +316,7 @@ CA_OPEN = Metric(
 METRICS: dict[str, Metric] = {m.name: m for m in (IAC, TFS, VES, IFA, CFS, CCS, CA_OPEN)}
 
 # Which metrics are judged for which interruption type: every metric on every type, as the paper's per-type
-# tables 12-14 report them and its Table 2 averages them (type-weighted, 1:2:1; eval/benchmarks/ovi.py). On
+# tables 12-14 report them and its Table 2 averages them (item-level means; eval/benchmarks/ovi.py). On
 # a type where a metric has little to measure (CFS after a Cancellation or a False Trigger) the judge
 # follows the rubric as written, as the paper's judges did: its CFS there is 0.69-2.20.
 APPLIES_TO: dict[str, tuple[str, ...]] = {name: ALL_TYPES for name in METRICS}
@@ -334,6 +337,7 @@ OPTIONAL_FIELDS = (
     "interruption_time",
     "duration",
     "own_answer",
+    "answer_finished",
 )
 
 
@@ -437,6 +441,11 @@ def _blind_item_section(item: dict[str, Any]) -> str:
 
 
 def _spoken_label(item: dict[str, Any]) -> str:
+    if item.get("own_answer") and item.get("answer_finished"):  # the simulation had nothing left to cut
+        return (
+            "What the model itself said before the interruption (its own answer, which it had FINISHED: the "
+            "interruption came after it ended, so nothing of it was cut)"
+        )
     if item.get("own_answer"):
         return "What the model itself said before the interruption (its own answer, cut mid-way)"
     return "Answer spoken before the interruption (cut mid-way)"

@@ -39,7 +39,7 @@ _MISSING = "–"
 _SECTIONS: list[tuple[str, str, list[str]]] = [
     ("dimension", "By dimension", list(CATEGORY_ORDER["dimension"])),
     ("duration", "By duration", list(CATEGORY_ORDER["duration"])),
-    ("task_group", "By task group (reconstructed grouping)", list(CATEGORY_ORDER["task_group"])),
+    ("task_group", "By task group (the paper's three tasks)", list(CATEGORY_ORDER["task_group"])),
     ("source", "By source", []),
     ("shape", "By prompt shape (guessed from the question wording)", list(CATEGORY_ORDER["shape"])),
 ]

@@ -4,14 +4,17 @@ A result record holds what the model said (``prediction``), the item's ``meta``,
 ``judgements`` of it when an LLM judge scores its benchmark. Its scored form, the row ``eval.summary``
 aggregates, is::
 
-    {"id": str, "scores": {metric: score}, "categories": {category: value}, "n_unjudged_metrics": int}
+    {"id": str, "scores": {metric: score}, "categories": {category: value}, "n_unjudged_metrics": int,
+     "n_zero_metrics": int}
 
 (plus ``answer_finished`` for an item of the interruption simulation: whether the model's answer ended
 before its interruption came).
 
 Rule scores come from the benchmark's scorer; judged scores from the judgements of the judge in use under
-the current rubric. A judged metric without such a score is counted in ``n_unjudged_metrics``, never
-averaged in as a zero.
+the current rubric. A judge's reply of "N/A", of less than 1 on the 1-10 scale, or with no score in it
+scores 0, as the paper's means count them (its 1-10 means go below 1), and is counted in
+``n_zero_metrics``; a judged metric with no reply at all (the request failed) is counted in
+``n_unjudged_metrics``, never averaged in, and asked again by the next evaluation.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from eval.benchmarks.base import Benchmark
+from eval.judge import ZERO_STATUSES
 from eval.rubrics import RUBRIC_VERSION
 
 ANY_JUDGE = "*"  # judged_by for records judged elsewhere (eval compare): any judge's scores count
@@ -30,18 +34,25 @@ def judged_metrics(bench: Benchmark, meta: dict[str, Any], wanted: list[str] | N
     return [name for name in bench.judged_metrics(meta) if wanted is None or name in wanted]
 
 
-def judged_scores(record: dict[str, Any], metrics: list[str], judged_by: str | None) -> dict[str, float]:
+def judged_scores(
+    record: dict[str, Any], metrics: list[str], judged_by: str | None
+) -> tuple[dict[str, float], int]:
     """The record's scores for ``metrics`` by the judge ``judged_by`` under the current rubric (None: no
-    judge in use, so none)."""
+    judge in use, so none), and how many of them are zeros the judge's reply made (``ZERO_STATUSES``:
+    "N/A", below the 1-10 floor, or no score in the reply; the paper's means count these as 0)."""
     if judged_by is None:
-        return {}
-    scores = {}
+        return {}, 0
+    scores, zeros = {}, 0
     for name, judgement in (record.get("judgements") or {}).items():
         by_this_judge = judged_by == ANY_JUDGE or judgement.get("judge") == judged_by
         current = by_this_judge and judgement.get("rubric_version") == RUBRIC_VERSION
-        if name in metrics and current and judgement.get("score") is not None:
+        if name not in metrics or not current:
+            continue
+        if judgement.get("status") in ZERO_STATUSES:
+            scores[name], zeros = 0.0, zeros + 1
+        elif judgement.get("score") is not None:
             scores[name] = float(judgement["score"])
-    return scores
+    return scores, zeros
 
 
 def scored_record(
@@ -64,7 +75,7 @@ def scored_record(
     """
     meta = record["meta"]
     expected = judged_metrics(bench, meta, wanted)
-    judged = judged_scores(record, expected, judged_by)
+    judged, zeros = judged_scores(record, expected, judged_by)
     relative = {}
     if bench.relative is not None and reference is not None and reference is not record:
         relative = bench.relative(record["prediction"], reference["prediction"], settings)
@@ -73,6 +84,7 @@ def scored_record(
         "scores": {**bench.score(record["prediction"], meta), **relative, **judged},
         "categories": bench.categories(meta),
         "n_unjudged_metrics": len(expected) - len(judged),
+        "n_zero_metrics": zeros,
     }
     if "simulation" in record:  # the answer may have ended before the user interrupted it
         row["answer_finished"] = bool(record["simulation"]["answer_finished"])

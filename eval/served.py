@@ -150,11 +150,16 @@ class ServedModel:
 
     def _video(self, part: Part, clip: Clip) -> str:
         """A URL the server reads the clip from: a data: URI, or the path of the clip's file."""
+        # The server derives the model's timing from the file's rate: Qwen2.5-VL's temporal positions
+        # take the media spec's position_fps where it sets one, as the in-process adapter gives them.
+        position_fps = self.chat.media.position_fps
+        by_rate = position_fps is not None and self.chat.positions_by_rate
+        rate = Fraction(position_fps).limit_denominator(1_000_000) if by_rate else sampled_rate(clip)
         key = f"{_CLIP_FORMAT_VERSION}|{part.path}|{part.start}|{part.end}|{clip.indices}|{clip.frames.shape}"
-        file = self.clip_dir / f"{hashlib.sha1(key.encode()).hexdigest()}.mp4"
+        file = self.clip_dir / f"{hashlib.sha1(f'{key}|{rate}'.encode()).hexdigest()}.mp4"
         if not file.exists():
             with atomic_path(file) as tmp:
-                write_lossless_mp4(tmp, clip.frames, sampled_rate(clip))
+                write_lossless_mp4(tmp, clip.frames, rate)
         if self.cfg.video is VideoTransport.path:
             return str(file.resolve())
         return _data_url("video/mp4", file.read_bytes())

@@ -29,8 +29,8 @@ def paired_bootstrap(
 
     Each resample draws item indices with replacement and applies them to both sequences jointly,
     so an item's baseline and tuned scores always travel together. With ``strata`` the mean is a weighted
-    mean of the strata's means (OVIBench's type-weighted overall numbers) and each stratum is resampled on
-    its own, keeping its size.
+    mean of the strata's means (with count weights, OVIBench's item-level overall numbers) and each stratum
+    is resampled on its own, keeping its size.
 
     Args:
         baseline: per-item scores of the baseline model.

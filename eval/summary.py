@@ -12,9 +12,10 @@ average over the items scored under that key (for 0/1 metrics: correct items / i
 per-category means. A benchmark's graded metrics (``Benchmark.graded``: the judge's 1–10 scores, a
 preference margin) are plain means on their own scale.
 
-Open-ended OVIBench records also carry ``"n_unjudged_metrics"``: judged metrics that could not be judged
-(or were not, with no judge configured). They have no score, so they are left out of every mean and
-counted apart in ``n_unjudged``.
+Open-ended OVIBench records also carry ``"n_unjudged_metrics"``: judged metrics with no judge's reply (a
+failed request, or no judge configured). They have no score, so they are left out of every mean and
+counted apart in ``n_unjudged``. A reply of "N/A", below 1 on the 1-10 scale or without a score scores 0,
+as the paper's means count them (eval/scored.py), and is counted in ``n_zero``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from eval.benchmarks import BENCHMARKS
 from eval.benchmarks.base import Benchmark
-from eval.stats import mcnemar_p, paired_bootstrap, weighted_mean
+from eval.stats import mcnemar_p, paired_bootstrap
 from eval.summary_schema import (
     BASELINE_NAME,
     BenchmarkEntry,
@@ -48,7 +49,7 @@ def metric_key(metric: str, category: str | None = None, value: str | None = Non
 
 
 def rules(benchmark: str) -> Benchmark | None:
-    """The benchmark of that name (its metric order, graded metrics, weighting), if evaluation knows it."""
+    """The benchmark of that name (its metric order, graded metrics, strata), if evaluation knows it."""
     return BENCHMARKS.get(benchmark)
 
 
@@ -100,16 +101,18 @@ def aggregate(records: ScoredRecords, order: Sequence[str] = ()) -> dict[str, di
 
 
 def count_unjudged(records: ScoredRecords) -> int:
-    """Judged metrics without a score, summed over records (``n_unjudged_metrics``; never zeros)."""
+    """Judged metrics with no reply, summed over records (``n_unjudged_metrics``; never zeros)."""
     return sum(int(record.get("n_unjudged_metrics", 0)) for record in records)
+
+
+def count_zeros(records: ScoredRecords) -> int:
+    """Judged metrics the judge's reply made 0 (N/A, below 1-10, no score), summed over records."""
+    return sum(int(record.get("n_zero_metrics", 0)) for record in records)
 
 
 def count_unjudged_items(records: ScoredRecords) -> int:
     """Records with at least one judged metric missing."""
     return sum(1 for record in records if record.get("n_unjudged_metrics", 0) > 0)
-
-
-Weighting = tuple[str, dict[str, float]]  # (category, value -> weight): how a benchmark's means are taken
 
 
 def build_summary(
@@ -144,9 +147,8 @@ def build_summary(
         seed: bootstrap seed, so re-running on the same results gives the same intervals.
         benchmarks: benchmark name -> the benchmark whose rules its entry follows (None: the evaluation's
             ``BENCHMARKS``): its metric order, its graded metrics (no McNemar test), and its
-            ``weighting``: its values (and deltas and intervals) are then the weighted means of the
-            per-category-value means (OVIBench: by interruption type, 1:2:1), not plain means over items,
-            and the entry says so under ``aggregation``.
+            ``strata``: its intervals are then resampled within each value of that category (OVIBench:
+            the interruption type), and the entry says so under ``aggregation``.
         baseline_name: the first model's name: ``baseline`` (the untuned model) in a training run, the
             model's or checkpoint's own in a standalone evaluation.
 
@@ -183,7 +185,7 @@ def _benchmark_entry(
     seed: int,
     bench: Benchmark | None,
 ) -> dict[str, Any]:
-    weighting = bench.weighting if bench else None
+    strata = bench.strata if bench else None
     order = bench.metric_order if bench else ()
     base_records = baseline.get(benchmark, [])
     base_scores = item_scores(base_records, order)
@@ -193,7 +195,7 @@ def _benchmark_entry(
         if benchmark in results
     ]
     mean = _Mean(
-        weighting,
+        strata,
         [base_records, *(results[benchmark] for _, _, results in checkpoints if benchmark in results)],
     )
     metrics: dict[str, MetricEntry] = {}
@@ -211,46 +213,44 @@ def _benchmark_entry(
         )
     counts = {name: _counts(results[benchmark]) for name, _, results in checkpoints if benchmark in results}
     aggregation = None
-    if weighting:
-        category, weights = weighting
-        parts = " : ".join(f"{value} {weight:g}" for value, weight in weights.items())
-        aggregation = f"means weighted by {category} ({parts}) over each value's mean"
+    if strata:
+        aggregation = (
+            f"item-level means over the items present; paired intervals resampled within each {strata}"
+        )
     own = dataclasses.asdict(_counts(base_records))
     return BenchmarkEntry(**own, checkpoints=counts, metrics=metrics, aggregation=aggregation)
 
 
 class _Mean:
-    """Means over items, plain or weighted by a category (``weighting``) of the items' records."""
+    """Plain means over items, and each item's stratum (a category of its record) for the intervals."""
 
-    def __init__(self, weighting: Weighting | None, record_sets: Iterable[ScoredRecords]):
-        self.weights = weighting[1] if weighting else None
-        category = weighting[0] if weighting else None
+    def __init__(self, strata: str | None, record_sets: Iterable[ScoredRecords]):
         self.stratum = (
             {
-                record["id"]: record.get("categories", {}).get(category)
+                record["id"]: record.get("categories", {}).get(strata)
                 for records in record_sets
                 for record in records
             }
-            if category
-            else {}
+            if strata
+            else None
         )
 
     def strata(self, item_ids: Sequence[str]) -> list[str] | None:
-        return [str(self.stratum.get(item_id)) for item_id in item_ids] if self.weights else None
+        return [str(self.stratum.get(item_id)) for item_id in item_ids] if self.stratum is not None else None
+
+    def weights(self, item_ids: Sequence[str]) -> dict[str, float] | None:
+        """Each stratum's share of ``item_ids``: the weighted mean of stratum means is then the plain mean."""
+        strata = self.strata(item_ids)
+        return {key: float(strata.count(key)) for key in set(strata)} if strata is not None else None
 
     def __call__(self, scores: dict[str, float]) -> float | None:
-        if not scores:
-            return None
-        if not self.weights:
-            return sum(scores.values()) / len(scores)
-        groups: dict[str, list[float]] = {}
-        for item_id, score in scores.items():
-            groups.setdefault(str(self.stratum.get(item_id)), []).append(score)
-        return float(weighted_mean({key: sum(v) / len(v) for key, v in groups.items()}, self.weights))
+        return sum(scores.values()) / len(scores) if scores else None
 
 
 def _counts(records: ScoredRecords) -> Counts:
-    counts = Counts(len(records), count_unjudged(records), count_unjudged_items(records))
+    counts = Counts(
+        len(records), count_unjudged(records), count_unjudged_items(records), count_zeros(records)
+    )
     simulated = [record["answer_finished"] for record in records if "answer_finished" in record]
     if simulated:  # answers that ended before their interruption: there was nothing to cut
         counts.n_simulated, counts.n_answer_finished = len(simulated), sum(simulated)
@@ -272,9 +272,8 @@ def _comparison(
     if common:
         before = [reference[item_id] for item_id in common]
         after = [scores[item_id] for item_id in common]
-        strata = mean.strata(common)
         interval = paired_bootstrap(
-            before, after, n_resamples, seed, 0.95, strata=strata, weights=mean.weights
+            before, after, n_resamples, seed, 0.95, strata=mean.strata(common), weights=mean.weights(common)
         )
         entry.delta = interval["delta"]
         entry.delta_ci95 = [interval["ci_low"], interval["ci_high"]]

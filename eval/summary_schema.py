@@ -41,9 +41,7 @@ class Comparison:
     """One model's value of one metric key, and its difference from the reference."""
 
     step: int = _doc("the model's training step")
-    value: float | None = _doc(
-        "its mean over the items it scored (weighted as the benchmark's ``aggregation``)"
-    )
+    value: float | None = _doc("its mean over the items it scored (as the benchmark's ``aggregation`` says)")
     n: int = _doc("items it scored under this key")
     n_paired: int = _doc("items both it and the reference scored (the ones the delta is over)")
     delta: float | None = _doc("value − reference over the paired items (null: none paired)")
@@ -65,8 +63,9 @@ class Counts:
     """How many items a model's results hold, and what a judge left unscored."""
 
     n_items: int = _doc("items with a current result")
-    n_unjudged: int = _doc("judged metrics without a score, summed over items (never averaged as zeros)")
-    n_unjudged_items: int = _doc("items with at least one judged metric without a score")
+    n_unjudged: int = _doc("judged metrics the judge gave no reply for, summed over items (never averaged)")
+    n_unjudged_items: int = _doc("items with at least one judged metric without a reply")
+    n_zero: int = _doc("judged metrics scored 0 for an N/A, sub-1 or scoreless reply (the paper's zeros)", 0)
     n_simulated: int | None = _doc("items answered by the OVIBench interruption simulation", None)
     n_answer_finished: int | None = _doc("simulated answers that ended before their interruption", None)
 
@@ -86,6 +85,9 @@ class BenchmarkEntry(Counts):
     )
     logged_as: str | None = _doc("its W&B key prefix, when not its name (a protocol not the paper's)", None)
     phrasings: dict[str, Any] | None = _doc("the phrase banks a set we built was worded from", None)
+    reconstructed: dict[str, str] | None = _doc(
+        "metrics under a paper's name that are our reconstruction, not its definition, and why", None
+    )
     reward: str | None = _doc("what reward accuracy and margin of held-out pairs are measured against", None)
     derived: dict[str, Any] | None = _doc(
         "a derived benchmark's account of its items (left out, skipped)", None

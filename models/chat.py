@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
-from core.config import ChatFormatVariant
+from core.config import SYSTEM_PROMPTS, ChatFormatVariant
 from core.decoding import MediaSpec
 from core.errors import ConfigError
 from core.media import FrameCache, load_image, span_specs
@@ -31,7 +31,6 @@ IGNORE_INDEX = -100
 # Bump when VideoChatAdapter.render changes how it writes a conversation (the formats' fields are hashed
 # as they are): stored evaluation predictions are then generated again.
 RENDER_VERSION = 1
-SYSTEM_PROMPT = "You are a helpful assistant."
 _QWEN_VIDEO = "<|vision_start|><|video_pad|><|vision_end|>"
 _QWEN_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
 
@@ -69,16 +68,16 @@ class ChatFormat:
 
 CHAT_FORMATS = {
     # Qwen2-VL and Qwen2.5-VL: the default system prompt of their chat templates.
-    "qwen2_vl": ChatFormat(SYSTEM_PROMPT, _QWEN_VIDEO, _QWEN_IMAGE),
-    "qwen2_5_vl": ChatFormat(SYSTEM_PROMPT, _QWEN_VIDEO, _QWEN_IMAGE),
+    "qwen2_vl": ChatFormat(SYSTEM_PROMPTS["qwen2_vl"], _QWEN_VIDEO, _QWEN_IMAGE),
+    "qwen2_5_vl": ChatFormat(SYSTEM_PROMPTS["qwen2_5_vl"], _QWEN_VIDEO, _QWEN_IMAGE),
     # Qwen3-VL: no default system turn. A bare <|video_pad|>: its processor expands it into
     # "<t seconds><|vision_start|>…<|vision_end|>" per frame pair, so wrapping it would nest the markers.
-    "qwen3_vl": ChatFormat(None, "<|video_pad|>", _QWEN_IMAGE),
+    "qwen3_vl": ChatFormat(SYSTEM_PROMPTS["qwen3_vl"], "<|video_pad|>", _QWEN_IMAGE),
     # LLaVA-OneVision (Qwen2 LM): the ChatML "qwen_1_5" format it was trained with, media then a newline.
-    "llava_onevision": ChatFormat(SYSTEM_PROMPT, "<video>\n", "<image>\n"),
+    "llava_onevision": ChatFormat(SYSTEM_PROMPTS["llava_onevision"], "<video>\n", "<image>\n"),
     # InternVL (HF-native conversion): "<video>" becomes "Frame1: <img>…</img>\nFrame2: …" and
     # "<IMG_CONTEXT>" one "<img>…</img>" run per tile; no system turn, as in the -hf chat template.
-    "internvl": ChatFormat(None, "<video>\n", "<IMG_CONTEXT>\n"),
+    "internvl": ChatFormat(SYSTEM_PROMPTS["internvl"], "<video>\n", "<IMG_CONTEXT>\n"),
 }
 
 # model.chat_format=released: the released HF chat templates, where they write a conversation otherwise than
@@ -157,6 +156,12 @@ class VideoChatAdapter:
             out.text += self._header("assistant")
         return out
 
+    @property
+    def positions_by_rate(self) -> bool:
+        """Whether the model's temporal positions follow the seconds per temporal patch (Qwen2.5-VL), which
+        ``media.position_fps`` then sets."""
+        return "second_per_grid_ts" in getattr(self.processor, "model_input_names", ())
+
     def parts_in_order(self, turn: Turn) -> list[Part]:
         """A turn's parts in the order the chat format puts them (media first where it says so)."""
         if self.chat.media_first:  # a stable sort: images, videos and texts each keep their own order
@@ -188,13 +193,21 @@ class VideoChatAdapter:
         kwargs = {"videos": videos, "video_metadata": metadata, "do_sample_frames": False} if videos else {}
         if images:
             kwargs["images"] = images
-        return self.processor(
+        batch = self.processor(
             text=[r.text for r in rendered],
             padding=True,
             padding_side=padding_side,
             return_tensors="pt",
             **kwargs,
         )
+        if self.positions_by_rate and "second_per_grid_ts" in batch and self.media.position_fps is not None:
+            # Qwen2.5-VL spaces a video's temporal positions by the seconds per temporal patch; the
+            # official V2P script passes no rate, so its processor takes every video at position_fps.
+            patch = self.processor.video_processor.temporal_patch_size
+            batch["second_per_grid_ts"] = torch.full_like(
+                batch["second_per_grid_ts"], patch / self.media.position_fps
+            )
+        return batch
 
     def training_batch(self, rendered: list[Rendered]) -> dict:
         """Processor inputs plus ``labels``: only assistant turns that carry loss are supervised."""

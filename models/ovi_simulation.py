@@ -295,11 +295,29 @@ def interrupt(
     tokens, the interruption turn appended (to the cache, or re-encoded with everything before it)."""
     inputs = prepare_inputs(adapter, sample)
     prefix = to_device(inputs.prefix, decoder.device)
-    appended = to_device(inputs.appended, decoder.device)
     logits = decoder.encode(prefix, positions=decoder.positions(prefix), cache=None)
     answer_ids, finished = decoder.decode(logits, cut, synced)
-    answered_at = time.perf_counter()
+    return append_interruption(
+        decoder, inputs, answer_ids, finished, time.perf_counter(), continue_from_cache=continue_from_cache
+    )
 
+
+@torch.no_grad()
+def append_interruption(
+    decoder: GreedyDecoder,
+    inputs: SimulationInputs,
+    answer_ids: list[int],
+    finished: bool,
+    answered_at: float,
+    *,
+    continue_from_cache: bool = True,
+) -> Interrupted:
+    """Step (c): the interruption turn appended after the model's own answer, which ``decoder`` encoded
+    the prompt of (``inputs.prefix``) and decoded (``answer_ids``; ``finished``: it ended with an
+    end-of-turn, else its last token was never fed). The live demo (``demo/``) cuts its streamed answer
+    where the user interrupts and enters the interruption here, as the simulation does."""
+    prefix = to_device(inputs.prefix, decoder.device)
+    appended = to_device(inputs.appended, decoder.device)
     ids = prefix["input_ids"]
     full = join_pieces([prefix, text_piece(answer_ids, ids), appended])
     all_positions = decoder.positions(full)

@@ -1,6 +1,7 @@
-"""The GPU benchmark's code path, on tiny sizes on the CPU (``--cpu-smoke``): CI has no GPU, so this is
-what keeps the script that a lent GPU will run from rotting. Its figures are not checked: on the CPU they
-mean nothing. The GRPO rollout benchmark runs whole (seconds); its table is checked for its rows."""
+"""The GPU benchmarks' code paths (the LoRA step, packing), on tiny sizes on the CPU (``--cpu-smoke``): CI
+has no GPU, so this is what keeps the scripts that a lent GPU will run from rotting. Their figures are not
+checked: on the CPU they mean nothing. The GRPO rollout benchmark runs whole (seconds); its table is
+checked for its rows."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import pytest
 from paths import REPO
 
 
-@pytest.mark.slow
-def test_the_gpu_lora_step_benchmark_runs_its_code_path_on_the_cpu(tmp_path):
+def _run_bench(script: str, tmp_path, *args: str) -> str:
+    """A benchmark's stdout, run from the repository root with no GPU and no W&B."""
     done = subprocess.run(
-        [sys.executable, "bench/bench_gpu_lora_step.py", "--cpu-smoke"],
+        [sys.executable, f"bench/{script}", *args],
         cwd=REPO,
         env={**os.environ, "BENCH_ROOT": str(tmp_path), "CUDA_VISIBLE_DEVICES": "", "WANDB_MODE": "disabled"},
         capture_output=True,
@@ -23,25 +24,31 @@ def test_the_gpu_lora_step_benchmark_runs_its_code_path_on_the_cpu(tmp_path):
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "LoRA step, random Qwen2.5-VL" in done.stdout
-    assert "The recipe's Trainer on the same model and batch" in done.stdout
-    assert "over the paired bare step" in done.stdout
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_the_gpu_lora_step_benchmark_runs_its_code_path_on_the_cpu(tmp_path):
+    stdout = _run_bench("bench_gpu_lora_step.py", tmp_path, "--cpu-smoke")
+    assert "LoRA step, random Qwen2.5-VL" in stdout
+    assert "The recipe's Trainer on the same model and batch" in stdout
+    assert "over the paired bare step" in stdout
 
 
 @pytest.mark.slow
 def test_the_grpo_rollout_benchmark_prints_both_ways_for_both_kinds_of_rollout(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "bench/bench_grpo_rollouts.py"],
-        cwd=REPO,
-        env={**os.environ, "BENCH_ROOT": str(tmp_path), "WANDB_MODE": "disabled"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    stdout = _run_bench("bench_grpo_rollouts.py", tmp_path)
     rows = [
         line
-        for line in done.stdout.splitlines()
+        for line in stdout.splitlines()
         if line.startswith("| video question") or line.startswith("| interruption")
     ]
     assert len(rows) == 4 and all(float(row.split("|")[-2]) > 0 for row in rows)  # the ratio column
+
+
+@pytest.mark.slow
+def test_the_packing_benchmark_runs_its_gpu_code_path_on_the_cpu(tmp_path):
+    stdout = _run_bench("bench_packing.py", tmp_path, "--cpu-smoke")
+    assert "(c) ActivityNet-shaped clips at 112x112" in stdout and "MFU" in stdout
+    rows = [line for line in stdout.splitlines() if line.startswith("| packed")]
+    assert len(rows) == 2, stdout

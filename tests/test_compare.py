@@ -156,3 +156,51 @@ def test_python_m_eval_compare_logs_metrics_and_paired_tables_to_wandb(tmp_path)
     content = json.loads(table_file.read_text())
     assert content["columns"][:3] == ["id", "first_prediction", "second_prediction"]
     assert content["data"][0][:3] == ["q0", "B", "A"]
+
+
+def _write_judged_ovi(directory, judge, score):
+    """Open-ended OVI results under identical settings, their TFS judged ``score`` by ``judge``."""
+    from eval.rubrics import RUBRIC_VERSION
+
+    directory.mkdir(parents=True)
+    settings = {"ovi": {"benchmark": "ovi", "version": 2, "media": "m1", "setting": "s1"}}
+    (directory / "settings.json").write_text(json.dumps(settings))
+    meta = {
+        "format": "open",
+        "interruption_type": "Correction",
+        "question": "What happens?",
+        "answer": "A red circle moves to the right.",
+        "reference_reaction": "A blue circle moves to the right.",
+        "interruption": "No, the blue one.",
+        "phrasing": "eval",
+    }
+    judgement = {"score": score, "status": "ok", "judge": judge, "rubric_version": RUBRIC_VERSION}
+    rows = [
+        {"id": f"o{i}", "prediction": "A blue circle.", "meta": meta, "judgements": {"tfs": judgement}}
+        for i in range(8)
+    ]
+    (directory / "ovi.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_models_judged_by_different_judges_are_not_comparable(tmp_path):
+    """The review's case: identical settings, TFS 5.0 by one judge and 8.0 by another. Before, compare
+    printed a +3.0 delta without a word; the delta measures the judges, so it is refused."""
+    from core.errors import DataError
+    from eval.rubrics import RUBRIC_VERSION
+
+    _write_judged_ovi(tmp_path / "a", "endpoint:judge-A|temperature=0.0", 5.0)
+    _write_judged_ovi(tmp_path / "b", "endpoint:judge-B|temperature=0.0", 8.0)
+    with pytest.raises(DataError, match="(?s)not comparable.*ovi: judge .*judge-A.* vs .*judge-B"):
+        compare(tmp_path / "a", tmp_path / "b", tmp_path / "out")
+    summary = compare(tmp_path / "a", tmp_path / "b", tmp_path / "out", allow_mismatch=True)
+    assert any("judge-A" in line and "judge-B" in line for line in summary["not_comparable"])
+    assert "**NOT COMPARABLE" in (tmp_path / "out" / "report.md").read_text()
+    # the same judge on both sides compares, and gives the delta the scores make
+    _write_judged_ovi(tmp_path / "c", "endpoint:judge-A|temperature=0.0", 8.0)
+    summary = compare(tmp_path / "a", tmp_path / "c", tmp_path / "out")
+    assert "not_comparable" not in summary
+    tfs = summary["benchmarks"]["ovi"]["metrics"]["tfs"]["checkpoints"]["c"]
+    assert tfs["delta"] == pytest.approx(3.0)
+    assert summary["judge"]["models"]["a"] == {
+        "ovi": [f"endpoint:judge-A|temperature=0.0 (rubric {RUBRIC_VERSION})"]
+    }

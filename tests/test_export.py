@@ -106,12 +106,12 @@ def test_llamafactory_export(hf_dir: Path, tmp_path: Path):
     assert v2p["messages"][1]["content"] == "<video>What is marked?\nA: x\nB: y<image>"  # the adapter's order
     assert v2p["videos"] == [str((hf_dir.parent / "videos" / "v.mp4").resolve())]  # a whole file: itself
     assert v2p["images"] == [str((hf_dir.parent / "vp.jpg").resolve())]
-    # OVI: each span is its own trimmed clip of the span's length.
-    assert len(ovi["videos"]) == 2 and all("/clips/" in v for v in ovi["videos"])
-    assert [round(_duration(v), 1) for v in ovi["videos"]] == [4.0, 2.0] and result.clips == 2
-    clock = (
-        read_all_frames(ovi["videos"][1])[:, :, :, 0].mean(axis=(1, 2)) / 3 / FPS
-    )  # seconds into the source
+    # OVI: each span is its own trimmed clip of the span's length, named relative to the export folder
+    # (LLaMA-Factory resolves it against dataset_dir, so the folder can move).
+    assert len(ovi["videos"]) == 2 and all(v.startswith("clips/") for v in ovi["videos"])
+    clips = [str(tmp_path / "lf" / v) for v in ovi["videos"]]
+    assert [round(_duration(v), 1) for v in clips] == [4.0, 2.0] and result.clips == 2
+    clock = read_all_frames(clips[1])[:, :, :, 0].mean(axis=(1, 2)) / 3 / FPS  # seconds into the source
     assert abs(clock[0] - 4.1) < 0.3 and abs(clock[-1] - 5.9) < 0.3
     assert ovi["messages"][3]["content"] == "<video>Stop, never mind."
     entry = json.loads((tmp_path / "lf" / "dataset_info.json").read_text())["vp_demo"]
@@ -157,3 +157,67 @@ def test_export_cli(hf_dir: Path, tmp_path: Path):
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
     assert "Invalid value 'csv', expected one of [llamafactory, swift]" in bad.stderr
     assert "builder.format" in bad.stderr and not (tmp_path / "bad").exists()
+
+
+def test_an_export_folder_moved_still_finds_its_media_in_llamafactory(hf_dir: Path, tmp_path: Path):
+    """The review moved an export and LLaMA-Factory crashed on the clips' absolute paths."""
+    _export(hf_dir, tmp_path / "lf", "llamafactory", name="d")
+    (tmp_path / "lf").rename(tmp_path / "moved")
+    for row in json.loads((tmp_path / "moved" / "d.json").read_text()):
+        for path in row["videos"] + row["images"]:
+            assert (tmp_path / "moved" / path).is_file()  # how LF resolves it: dataset_dir / path
+    readme = (tmp_path / "moved" / "README.md").read_text()
+    assert "relative to this folder" in readme and "video_maxlen: 8" in readme
+    _export(hf_dir, tmp_path / "sw", "swift")
+    rows = [json.loads(line) for line in (tmp_path / "sw" / "sw.jsonl").read_text().splitlines()]
+    assert all(Path(p).is_absolute() for row in rows for p in row["videos"])  # swift: the working dir
+    readme = (tmp_path / "sw" / "README.md").read_text()
+    assert "ROOT_IMAGE_DIR" in readme and "FPS_MAX_FRAMES=8" in readme and "Not reproduced" in readme
+
+
+@pytest.mark.parametrize(
+    ("family", "system"),
+    [("qwen2_5_vl", "You are a helpful assistant."), ("qwen3_vl", None), ("internvl", None)],
+)
+def test_the_export_writes_the_families_own_system_turn(hf_dir: Path, tmp_path: Path, family, system):
+    """Qwen3-VL and InternVL render no system turn; the export wrote one for every family."""
+    from core.config import Family
+    from models.chat import chat_format_for
+
+    _export(hf_dir, tmp_path / "sw", "swift", family=Family(family))
+    row = json.loads((tmp_path / "sw" / "sw.jsonl").read_text().splitlines()[0])
+    first = row["messages"][0]
+    assert (
+        (first["content"] if first["role"] == "system" else None) == system == chat_format_for(family).system
+    )
+
+
+def test_no_exported_clip_has_fewer_than_two_frames(tmp_path: Path):
+    """A span shorter than one frame interval (of the clip rate and of the source) became a one-frame clip,
+    which ms-swift cannot read: it swapped such rows for random others without a word."""
+    frames = np.zeros((int(FPS * SECONDS), 48, 64, 3), dtype=np.uint8)
+    video = tmp_path / "v.mp4"
+    write_mp4(video, frames, FPS)
+    spans = [(2.0, 2.05), (3.0, 3.2), (5.0, 5.3)]  # 0.05 s < 1/8 s (the source) < 1/4 s (clip_fps)
+    samples = [
+        Sample(
+            f"s{i}",
+            "ovi",
+            [
+                Turn("user", [Part.video(str(video), 0.0, start), Part.txt("What happens?")]),
+                Turn("assistant", [Part.txt("A red")], loss=False),
+                Turn("user", [Part.video(str(video), start, end), Part.txt("Stop.")]),
+                Turn("assistant", [Part.txt("Okay.")], loss=True),
+            ],
+            "synthetic",
+            "v",
+            (0.0, end),
+        )
+        for i, (start, end) in enumerate(spans)
+    ]
+    save_samples(samples, tmp_path / "hf")
+    _export(tmp_path / "hf", tmp_path / "sw", "swift")
+    rows = [json.loads(line) for line in (tmp_path / "sw" / "sw.jsonl").read_text().splitlines()]
+    clips = [row["videos"][1] for row in rows]
+    assert [len(read_all_frames(clip)) >= 2 for clip in clips] == [True, True, True]
+    assert [round(_duration(clip), 2) for clip in clips] == [0.05, 0.2, 0.3]  # the span's own length

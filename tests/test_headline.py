@@ -75,3 +75,34 @@ def test_held_out_preference_pairs_print_overall_then_per_type_and_a_served_run_
     ]
     served = {**summary, "benchmarks": {"ovi_pairs": {"metrics": {}, "not_scored": "served"}}}
     assert headline(served).splitlines()[1:] == ["  ovi_pairs: NOT SCORED: served"]
+
+
+def test_python_m_eval_on_a_real_model_composes_the_official_media_and_names_it():
+    """A real checkpoint gets V2P-Bench's official input by default (it got the tiny models' 8 frames of
+    at most 84x84 unless media=qwen_64f was passed); the tiny models keep the tiny media; media= on the
+    command line wins; the V2P protocol line says which input the scores were made with."""
+    from configs import compose
+
+    from eval.benchmarks.base import SummaryContext
+    from eval.benchmarks.v2p import V2P
+
+    def protocol(cfg):
+        return V2P.summary(SummaryContext(None, cfg.media, {}, {}))["protocol"]
+
+    for model in ("qwen2_5_vl_7b", "qwen2_vl_7b", "qwen3_vl_8b", "internvl_8b", "llava_onevision_7b"):
+        for entry in ("eval", "train"):
+            cfg = compose(entry, f"model={model}")
+            assert (cfg.media.num_frames, cfg.media.max_pixels) == (64, 336 * 336), (entry, model)
+            assert cfg.media.image_max_pixels == 8192 * 28 * 28
+    real = compose("eval", "model=qwen2_5_vl_7b")
+    assert protocol(real).startswith("the official input: 64 frames of at most 112896 px")
+    tiny = compose("eval")
+    assert (tiny.media.num_frames, tiny.media.max_pixels) == (8, 84 * 84)
+    assert protocol(tiny).startswith("NOT the official input")
+    chosen = compose("eval", "model=qwen2_5_vl_7b", "media=tiny")
+    assert (chosen.media.num_frames, chosen.media.max_pixels) == (8, 84 * 84)
+    summary = {
+        "baseline": {"name": "model", "step": 0},
+        "benchmarks": {"v2p": {"metrics": {}, "protocol": protocol(real)}},
+    }
+    assert "v2p protocol: the official input: 64 frames" in headline(summary)

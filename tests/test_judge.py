@@ -89,9 +89,12 @@ def _record(kind: str = "Correction", **meta_overrides) -> dict:
 
 
 def _assert_no_fake_scores(judgement: dict) -> None:
-    """An unjudged or unparseable judgement carries None, never a number."""
+    """An unjudged or unparseable judgement carries None, never a number; an N/A or sub-1 one 0 (the
+    paper's zeros), any other a score on the metric's scale."""
     if judgement["status"] in ("unjudged", "unparseable"):
         assert judgement["score"] is None
+    elif judgement["status"] in ("not_applicable", "below_scale"):
+        assert judgement["score"] == 0.0
     else:
         low, high = METRICS[judgement["metric"]].scale
         assert low <= judgement["score"] <= high
@@ -145,7 +148,16 @@ def test_prompt_rejects_bad_input():
         ('{"Score": "7/10", "reason": "string score"}', TEN_POINT, (7.0, "ok")),
         ('<think>between 2 and 9</think>{"score": 6}', TEN_POINT, (6.0, "ok")),
         ('{"score": 15}', TEN_POINT, (10.0, "clamped")),
-        ('{"score": -3}', TEN_POINT, (1.0, "clamped")),
+        ('{"score": -3}', TEN_POINT, (0.0, "below_scale")),
+        ('{"score": 0, "reason": "no correction to follow"}', TEN_POINT, (0.0, "below_scale")),
+        (
+            '{"score": "N/A", "reason": "CFS does not apply to a False Trigger (1-10)"}',
+            TEN_POINT,
+            (0.0, "not_applicable"),
+        ),
+        ('{"score": null}', TEN_POINT, (0.0, "not_applicable")),
+        ("N/A", TEN_POINT, (0.0, "not_applicable")),
+        ('{"score": "n/a"}', BINARY, (0.0, "not_applicable")),
         ("7", TEN_POINT, (7.0, "fallback_number")),
         ('{score: 6, reason: "not JSON"}', TEN_POINT, (6.0, "fallback_number")),
         ("Score: 12 out of 10", TEN_POINT, (10.0, "clamped")),
@@ -189,7 +201,8 @@ def test_fenced_json_request_shape_and_key_never_stored(server, tmp_path):
         ('{"score": 7, "reason": "unterminated', (7.0, "fallback_number")),
         ("no verdict at all", (None, "unparseable")),
         ('{"score": 15, "reason": "too high"}', (10.0, "clamped")),
-        ('{"score": -3, "reason": "too low"}', (1.0, "clamped")),
+        ('{"score": -3, "reason": "too low"}', (0.0, "below_scale")),
+        ('{"score": "N/A", "reason": "not applicable"}', (0.0, "not_applicable")),
         ("6", (6.0, "fallback_number")),
     ],
 )
@@ -480,9 +493,49 @@ def test_in_simulation_the_judge_sees_the_models_own_answer_and_the_reference_as
     assert "guidance only" not in given
 
 
+def test_an_answer_that_ended_before_its_interruption_is_not_called_cut_to_the_judge():
+    """The simulation keeps an answer that finished before the cut whole; the judge was told it was "cut
+    mid-way", so after a False Trigger it looked for a continuation of nothing."""
+    from eval.judging import Judging
+
+    finished = judge_prompt(
+        "tfs", _item(partial_answer="A blue square.", own_answer=True, answer_finished=True)
+    )
+    assert "its own answer, which it had FINISHED" in finished and "cut mid-way" not in finished
+    # what the judging step gives the judge for a simulated record, finished or not
+    seen = []
+
+    class Recording:
+        identity = "recording"
+
+        def judge_record(self, record, metrics):
+            seen.append(record["meta"])
+            from eval.judge import RecordJudgement
+
+            return RecordJudgement()
+
+    from core.config import JudgeConfig
+    from eval.benchmarks.ovi import OVI
+
+    judging = Judging(Recording(), JudgeConfig())
+    for done in (True, False):
+        record = {**_record(), "truncated_answer": "A blue", "simulation": {"answer_finished": done}}
+        judging.judge_record(OVI, record)
+    assert [meta.get("answer_finished", False) for meta in seen] == [True, False]
+    assert all(meta["own_answer"] and meta["partial_answer"] == "A blue" for meta in seen)
+
+
 def test_an_interruption_after_the_last_frame_tells_the_judge_the_model_saw_the_whole_video():
     timing = {"question_time": 9.0, "duration": 10.0}
     after = judge_prompt("ves", _item(**timing, interruption_time=10.6))
     assert "interruption at 10.6 s. The video ended at 10.0 s; the model had seen all of it." in after
     within = judge_prompt("ves", _item(**timing, interruption_time=9.8))
     assert "interruption at 9.8 s. The model had seen the video up to the interruption." in within
+
+
+def test_ifa_is_judged_apart_from_the_reaction_class():
+    """The paper's IFA exceeds its IAC (VideoLLaMA3-7B False Trigger 48.27 vs 34.52): IFA cannot be a
+    stricter IAC, so its prompt has the judge score the outcome whatever the reaction's class."""
+    prompt = judge_prompt("ifa", _item())
+    assert "independently of the reaction class" in prompt and "stricter" not in prompt.lower()
+    assert "can exceed its IAC" in METRICS["ifa"].source

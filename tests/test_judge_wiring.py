@@ -198,7 +198,7 @@ def test_report_shows_graded_metrics_as_means(judged_summary):
     assert "### tfs (mean, 1–10) by type (baseline vs checkpoint-9)" in report
     assert "| Correction | 2 | 6.50 | 8.00 | +1.50 [" in report
     assert "### cfs (mean, 1–10) by type" not in report  # CFS has one type: the headline says it all
-    assert "judged metrics without a score: baseline 2, checkpoint-9 0" in report
+    assert "judged metrics with no reply from the judge: baseline 2, checkpoint-9 0" in report
 
 
 def test_radar_panels_scale_to_unit_and_the_png_is_written(judged_summary, tmp_path):
@@ -256,27 +256,22 @@ def test_evaluation_with_a_scripted_judge(
     summary = run(cfg)
     types = _open_types(synthetic_build)
     n_open = sum(types.values())
-    n_failed = n_open + types["Cancellation"]  # VES 500s on every item, CCS junk on Cancellations
+    # VES 500s on every item: no reply, left out. CCS junk (no score) on Cancellations: 0, as the paper
+    # counts it.
     ovi = summary["benchmarks"]["ovi"]
-    assert ovi["n_unjudged"] == n_failed and ovi["n_unjudged_items"] == n_open
+    assert ovi["n_unjudged"] == n_open and ovi["n_unjudged_items"] == n_open
+    assert ovi["n_zero"] == types["Cancellation"]
     metrics = ovi["metrics"]
     assert metrics["iac"]["baseline"] == 1.0 and metrics["iac"]["n"] == n_open
     assert metrics["tfs"]["baseline"] == 8.0 and metrics["tfs"]["n"] == n_open
     assert metrics["cfs"]["baseline"] == 6.0 and metrics["cfs"]["n"] == n_open  # every type, as the paper
     # The judge names every reaction a Correction: open-ended CA is right on Correction items only, and the
-    # overall value is the 1:2:1 type-weighted mean of 0, 1, 0 over the types present.
-    present = {
-        kind: weight
-        for kind, weight in (("Cancellation", 1), ("Correction", 2), ("False Trigger", 1))
-        if types[kind]
-    }
-    assert metrics["ca_open"]["baseline"] == pytest.approx(
-        present.get("Correction", 0) / sum(present.values())
-    )
-    # Nothing unjudged is averaged: no VES at all, and CCS only where it was judged.
-    assert "ves" not in metrics and metrics["ccs"]["baseline"] == 7.0
-    assert metrics["ccs"]["n"] == n_open - types["Cancellation"]
-    assert "ccs/type/Cancellation" not in metrics and "ma" in metrics and "ca" in metrics
+    # overall value is the item-level mean over the open items (the paper's Table 2 aggregation).
+    assert metrics["ca_open"]["baseline"] == pytest.approx(types["Correction"] / n_open)
+    # Nothing without a reply is averaged (no VES at all); a reply without a score is a 0 (CCS there).
+    assert "ves" not in metrics and metrics["ccs"]["n"] == n_open
+    assert metrics["ccs"]["baseline"] == pytest.approx(7.0 * (n_open - types["Cancellation"]) / n_open)
+    assert metrics["ccs/type/Cancellation"]["baseline"] == 0.0 and "ma" in metrics and "ca" in metrics
     judge = summary["judge"]
     assert judge["identity"].startswith("endpoint:judge-model") and judge["rubric_version"]
     assert judge["applies_to"]["cfs"] == ["Cancellation", "False Trigger", "Correction"]
@@ -287,6 +282,8 @@ def test_evaluation_with_a_scripted_judge(
     run_dir = Path(cfg.run_dir)
     report = (run_dir / "report.md").read_text()
     assert f"| tfs (1–10) | {n_open} | 8.00 |" in report and "| tfs | " not in report
+    zeros = f"judged metrics scored 0 for an N/A, sub-1 or scoreless reply: model {types['Cancellation']}"
+    assert zeros in report and f"judged metrics with no reply from the judge: model {n_open}" in report
     assert f"]({RADAR_FILE})" in report and (run_dir / RADAR_FILE).read_bytes()[:4] == b"\x89PNG"
     records = {}
     for line in (run_dir / "eval" / "model" / "ovi.jsonl").read_text().splitlines():
@@ -307,7 +304,8 @@ def test_evaluation_with_a_scripted_judge(
     asked = Counter(r["metric"] for r in judge_server.requests)
     assert asked == {"ves": n_open}
     ovi = summary["benchmarks"]["ovi"]
-    assert ovi["n_unjudged"] == types["Cancellation"] and ovi["metrics"]["ves"]["baseline"] == 5.0
+    assert ovi["n_unjudged"] == 0 and ovi["metrics"]["ves"]["baseline"] == 5.0
+    assert ovi["n_zero"] == types["Cancellation"]
 
 
 @pytest.mark.slow

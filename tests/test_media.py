@@ -21,10 +21,17 @@ def video(tmp_path):
     return path
 
 
-def test_sample_indices_are_segment_midpoints():
+def test_sample_indices_are_the_official_samplers():
+    """V2P-Bench's official pipeline (qwen_vl_utils) takes linspace(0, N - 1, n).round(): the first and last
+    frame included, half rounded to even as torch rounds; we took segment midpoints before."""
+    import torch
+
     spec = MediaSpec(num_frames=4)
-    assert sample_indices(32, 8.0, 0.0, 4.0, spec) == [4, 12, 20, 28]
-    assert sample_indices(32, 8.0, 2.0, 3.0, spec) == [17, 19, 21, 23]
+    assert sample_indices(32, 8.0, 0.0, 4.0, spec) == [0, 10, 21, 31]
+    assert sample_indices(32, 8.0, 2.0, 3.0, spec) == [16, 18, 21, 23]
+    for total, count in ((7186 * 30, 64), (100, 64), (33, 8), (10, 64)):
+        official = torch.linspace(0, total - 1, count).round().long().tolist()
+        assert sample_indices(total, 30.0, 0.0, total / 30.0, MediaSpec(num_frames=count)) == official
 
 
 @pytest.mark.parametrize(
@@ -97,13 +104,13 @@ def test_720p_at_the_official_video_budget_keeps_its_tokens():
 def test_decode_span_reads_the_sampled_frames_resized(video):
     clip = decode_span(video, 0.0, 4.0, MediaSpec(num_frames=4))
     assert clip.frames.shape == (4, 84, 84, 3)
-    assert clip.indices == [4, 12, 20, 28]
+    assert clip.indices == [0, 10, 21, 31]
     brightness = clip.frames.reshape(4, -1).mean(axis=1)
     assert np.allclose(brightness, [5 * i for i in clip.indices], atol=4)
     assert clip.processor_metadata() == {
         "fps": 8.0,
-        "total_num_frames": 25,
-        "frames_indices": [4, 12, 20, 28],
+        "total_num_frames": 32,
+        "frames_indices": [0, 10, 21, 31],
     }
 
 

@@ -16,10 +16,11 @@ import pytest
 from caption_sources import make_source
 
 from core.errors import ConfigError, DataError
+from core.text_models import TextBackend
 from core.video_io import write_mp4
 from core.vocab import InterruptionType
 from data_builders.cli_config import OviTrainPaperBuild
-from data_builders.ovi_compose import TYPES, compose_ovi_train
+from data_builders.ovi_compose import TYPES, _source_build, compose_ovi_train, questions_line
 from data_builders.ovi_format import load_ovibench
 
 # The paper's Table 3: Cancellation, Correction, False Trigger per source.
@@ -30,6 +31,7 @@ TABLE_3 = {
     "ucf_crime": (173, 297, 140),
     "youcook2": (1041, 2050, 1099),
 }
+TEMPLATES_LINE = "Questions: templates, NOT the paper's VLM-generated ones"
 ACTIONS = (
     "a man rides a red bike",
     "a dog runs on the beach",
@@ -141,6 +143,25 @@ def test_the_recipe_holds_table_3(compose, tmp_path: Path):
     assert all(Path(s.captions).is_relative_to(tmp_path) for s in cfg.sources.values())
 
 
+def test_the_recipe_asks_a_vlm_for_the_questions_when_an_endpoint_is_given(compose, tmp_path: Path):
+    """The paper's questions are VLM-generated (OVIBench Fig. 3a): an endpoint in the recipe is used by every
+    source's build; without one, templates, and composition.md says they are not the paper's."""
+    url = ["builder.questions.endpoint.base_url=http://127.0.0.1:9/v1", "builder.questions.model=vlm-7b"]
+    for overrides, backend in (([], TextBackend.none), (url, TextBackend.endpoint)):
+        cfg = _paper_build(compose, tmp_path, tmp_path / "out", *overrides)
+        name, source = next(iter(cfg.sources.items()))
+        target = {kind: 1 for kind in TYPES}
+        assert _source_build(cfg, name, source, target).questions.backend is backend
+    templates = _two_sources_line(tmp_path)
+    assert "Questions: templates, NOT the paper's VLM-generated ones" in templates
+
+
+def _two_sources_line(tmp_path: Path) -> str:
+    from data_builders.ovi_compose import paper_questions
+
+    return questions_line(paper_questions(OviTrainPaperBuild().questions))
+
+
 @pytest.mark.slow
 def test_the_five_source_recipe_builds_and_writes_target_vs_achieved(data_root: Path, tmp_path: Path):
     out = tmp_path / "ovi_train"
@@ -228,6 +249,12 @@ def test_same_seed_same_set_and_a_rerun_reuses_each_source(data_root: Path, tmp_
     first = compose_ovi_train(_two_sources(data_root, tmp_path / "a"))
     again = compose_ovi_train(_two_sources(data_root, tmp_path / "b"))
     assert _rows(first) == _rows(again)
+    assert (
+        "Questions: templates, NOT the paper's VLM-generated ones" in (first / "composition.md").read_text()
+    )
+    assert json.loads((first / "composition.json").read_text())["questions"].startswith(
+        "Questions: templates"
+    )
     capsys.readouterr()
     compose_ovi_train(_two_sources(data_root, tmp_path / "a"))
     printed = capsys.readouterr().out

@@ -144,3 +144,28 @@ def test_the_library_alone_starts_text_inside_the_video(tiny_checkpoint, long_vi
     if int(library[0, 0, first_after]) == int(released[0, 0, first_after]):
         pytest.skip("the installed transformers already starts text after a video past its largest id")
     assert int(library[0, 0, first_after]) <= int(library[:, 0, video].max())
+
+
+def test_video_positions_assume_the_official_scripts_rate_unless_asked_otherwise(
+    tiny_checkpoint, long_video_sample
+):
+    """V2P-Bench's official script passes the processor no frame rate, so Qwen2.5-VL's temporal ids are
+    spaced as for 2 fps whatever the video (media.position_fps=2.0, the default); position_fps=null spaces
+    them by the rate the frames were really sampled at (8 frames of a 10 s question span here)."""
+    from transformers import AutoProcessor
+
+    from models.chat import VideoChatAdapter
+
+    processor = AutoProcessor.from_pretrained(tiny_checkpoint)
+    patch = processor.video_processor.temporal_patch_size
+    seconds = {}
+    for position_fps in (2.0, None):
+        media = MediaSpec(num_frames=8, position_fps=position_fps)
+        adapter = VideoChatAdapter(processor, media, FrameCache(None))
+        seconds[position_fps] = (
+            prepare_inputs(adapter, long_video_sample).prefix["second_per_grid_ts"].tolist()
+        )
+    assert seconds[2.0] == [patch / 2.0]
+    sampled = seconds[None][0]
+    assert sampled != pytest.approx(patch / 2.0) and sampled == pytest.approx(patch / (8 / 9.5), rel=0.2)
+    assert MediaSpec(position_fps=None).fingerprint != MediaSpec().fingerprint  # results made again

@@ -120,6 +120,10 @@ def test_prompt_shape(question: str, shape: str) -> None:
         ("<think>A (Correction)</think>B (Cancellation)", ("B", "Cancellation")),
         ("Correction", (None, "Correction")),
         ("", (None, None)),
+        # echoing the instruction's list of types names none (the first named made it Cancellation)
+        ("A (Cancellation, False Trigger or Correction)", ("A", None)),
+        ("B (cancellation / false trigger / correction)", ("B", None)),
+        ("B (Correction). A correction, as said.", ("B", "Correction")),  # one type, named twice
     ],
 )
 def test_parse_ovi_mcq(prediction: str, parsed: tuple[str | None, str | None]) -> None:
@@ -163,7 +167,7 @@ def test_categories() -> None:
     assert V2P.categories(V2P_META) == {
         "dimension": "FT",
         "duration": "medium",
-        "task_group": "temporal",
+        "task_group": "temporal_understanding",
         "source": "NExTVideo",
         "shape": "arrow",
     }
@@ -196,14 +200,15 @@ def test_a_scored_record_is_computed_from_the_stored_prediction() -> None:
         "scores": {"accuracy": 1.0, "accuracy_tolerant": 1.0},
         "categories": V2P.categories(V2P_META),
         "n_unjudged_metrics": 0,
+        "n_zero_metrics": 0,
     }
 
 
 def test_judged_metrics_count_only_by_the_judge_in_use_and_the_current_rubric() -> None:
     from eval.rubrics import RUBRIC_VERSION
 
-    def judgement(judge: str, score: float | None, rubric: str = RUBRIC_VERSION) -> dict:
-        return {"judge": judge, "score": score, "rubric_version": rubric, "status": "ok"}
+    def judgement(judge: str, score: float | None, rubric: str = RUBRIC_VERSION, status: str = "ok") -> dict:
+        return {"judge": judge, "score": score, "rubric_version": rubric, "status": status}
 
     record = {
         "id": "o1",
@@ -212,13 +217,15 @@ def test_judged_metrics_count_only_by_the_judge_in_use_and_the_current_rubric() 
         "judgements": {
             "iac": judgement("judge-a", 1.0),
             "tfs": judgement("judge-b", 7.0),  # another judge's score
-            "ves": judgement("judge-a", None),  # could not be parsed
+            "ves": judgement("judge-a", None, status="unjudged"),  # the request got no reply
             "ifa": judgement("judge-a", 1.0, rubric="ovi-0"),  # an older rubric
             "cfs": judgement("judge-a", 4.0),
+            "ccs": judgement("judge-a", None, status="unparseable"),  # a reply without a score: 0
         },
     }
     row = scored_record(OVI, record, judged_by="judge-a")
-    assert row["scores"] == {"iac": 1.0, "cfs": 4.0} and row["n_unjudged_metrics"] == 5
+    assert row["scores"] == {"iac": 1.0, "cfs": 4.0, "ccs": 0.0} and row["n_unjudged_metrics"] == 4
+    assert row["n_zero_metrics"] == 1
     assert scored_record(OVI, record, judged_by=None)["n_unjudged_metrics"] == 7  # no judge: all unjudged
     narrowed = scored_record(OVI, record, judged_by="judge-a", wanted=["iac", "tfs"])
     assert narrowed["scores"] == {"iac": 1.0} and narrowed["n_unjudged_metrics"] == 1

@@ -74,12 +74,16 @@ def _served(chat, tmp_path, video=VideoTransport.path) -> ServedModel:
     return ServedModel("http://127.0.0.1:9/v1", "tiny", chat, cfg, tmp_path / "clips")
 
 
-def test_messages_carry_the_adapters_turns_frames_and_rates(synthetic_build, tiny_checkpoint, tmp_path):
+@pytest.mark.parametrize("position_fps", [None, 2.0])
+def test_messages_carry_the_adapters_turns_frames_and_rates(
+    synthetic_build, tiny_checkpoint, tmp_path, position_fps
+):
     """An OVI interruption: system turn, both spans as files of the frames the adapter samples (the
-    interruption's clip at its follow-on rate), parts in the chat format's order."""
+    interruption's clip at its follow-on rate, or at the rate Qwen2.5-VL's positions are to assume),
+    parts in the chat format's order."""
     from core.media import span_specs
 
-    chat, _ = _adapter(tiny_checkpoint, tmp_path)
+    chat, _ = _adapter(tiny_checkpoint, tmp_path, MediaSpec(position_fps=position_fps))
     sample = next(s for s in _ovi_samples(synthetic_build) if _spans(s) == 2)
     asked = replace(sample, turns=sample.turns[:-1])
     messages = _served(chat, tmp_path).messages(asked)
@@ -94,7 +98,7 @@ def test_messages_carry_the_adapters_turns_frames_and_rates(synthetic_build, tin
         clip = chat.cache.clip(span.path, span.start, span.end, spec)
         frames, rate = _decode(Path(part["video_url"]["url"]))
         assert np.array_equal(frames, clip.frames)
-        assert rate == sampled_rate(clip)
+        assert rate == (sampled_rate(clip) if position_fps is None else position_fps)
     texts = [p["text"] for p in messages[1]["content"] if p["type"] == "text"]
     assert texts == [p.text for p in asked.turns[0].parts if p.type == "text"]
 

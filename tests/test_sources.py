@@ -20,6 +20,7 @@ from data_builders.sources import (
     SOURCES,
     Caption,
     load_activitynet,
+    load_activitynet_captions,
     load_moviechat,
     load_qvhighlights,
     load_ucf_crime,
@@ -517,6 +518,32 @@ def test_moviechat_builds_ovi_items_asking_its_own_questions(moviechat: tuple[Pa
         if row["interruption_type"] == "Correction":  # asks another breakpoint question seen by then
             question = row["interruption"].split(": ", 1)[1]
             assert row["reference_reaction"] == answers[question] != row["answer"]
+
+
+def test_an_end_past_the_duration_within_the_files_rounding_is_the_videos_end(tmp_path: Path):
+    """The real ActivityNet Captions train file gives durations and ends to 0.01 s, and 29 of its 33
+    quarantined captions end 0.01 s past the stated duration (61.14 for 61.13): that is the file's
+    rounding, so the segment runs to the video's end (counted in stats.md). Only more than a step past,
+    or empty and reversed segments, stay quarantined."""
+    anet = {
+        "v_a": {
+            "duration": 61.13,
+            "timestamps": [[50.0, 61.14], [55.0, 61.16], [30.0, 20.0], [61.13, 61.14], [1.0, 61.13]],
+            "sentences": ["a man runs", "a man stops", "reversed", "empty once moved", "ends at the end"],
+        }
+    }
+    (tmp_path / "anet.json").write_text(json.dumps(anet))
+    (video,), quarantined = load_activitynet_captions(tmp_path / "anet.json")
+    kept = {c.index: (c.end, c.moved_to_end) for c in video.captions}
+    assert kept == {0: (61.13, True), 4: (61.13, False)}
+    assert [q.split(": ", 1)[0] for q in quarantined] == ["v_a[1]", "v_a[2]", "v_a[3]"]
+    assert "beyond the duration" in quarantined[0] and "reversed" in quarantined[1]
+    assert segment_problem(0.0, 61.14, "x", 61.13) is None  # before: beyond the 1 ms tolerance
+    assert segment_problem(0.0, 61.2, "x", 61.1) is None and segment_problem(0.0, 61.3, "x", 61.1)
+    _video(tmp_path / "videos" / "v_a.mp4", 62 * 4, 4.0)
+    build_ovi_train(ovi_build(tmp_path / "anet.json", tmp_path / "videos", forms=["open"]))
+    stats = (tmp_path / "out" / "stats.md").read_text()
+    assert "Segment ends moved onto the video's end: 1 " in stats and "Questions: templates" in stats
 
 
 # ---------------------------------------------------------------- every reader: float noise, provenance

@@ -31,6 +31,7 @@ from core.errors import ConfigError, DataError
 from core.media import FrameCache, check_media
 from core.sample import Sample
 from models.chat import VideoChatAdapter
+from models.packing import pack_batch
 
 MIX_STRATEGY = "interleave_under"  # LLaMA-Factory's name for it; see the module docstring
 
@@ -186,6 +187,22 @@ class Collator:
 
     def __call__(self, rendered: list) -> dict:
         return dict(self.adapter.training_batch(rendered))
+
+
+class PackingCollator:
+    """A stage's collator with its batch packed (``data.packing=true``; models/packing.py): the same samples
+    in the same order from the sampler, laid end to end in rows of at most ``budget`` tokens (None: the
+    batch's longest sample). Packing only regroups the batch the sampler drew, so the multi-rank order
+    (``MediaKindSampler``), a resumed run's batches and the loss's normalisation are the unpacked ones."""
+
+    def __init__(self, collator: Collator, budget: int | None = None):
+        self.collator = collator
+        self.budget = budget
+
+    def __call__(self, rendered: list) -> dict:
+        batch = self.collator(rendered)
+        media = [(len(r.images), len(r.videos)) for r in rendered]
+        return pack_batch(batch, media, self.collator.adapter.pad_id, self.budget)
 
 
 class MediaKindSampler(torch.utils.data.Sampler[int]):

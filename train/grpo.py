@@ -233,5 +233,11 @@ class GrpoTrainer(RecipeHooks, Trainer):
 
 # The Trainer's own arguments (sft_arguments): GRPO's settings are stage.grpo's, handed to the trainer.
 GRPO = Method(
-    grpo_rows, sft_arguments, grpo_batches, GrpoTrainer, reference=True, trainer_kwargs=grpo_trainer_kwargs
+    grpo_rows,
+    sft_arguments,
+    grpo_batches,
+    GrpoTrainer,
+    reference=True,
+    trainer_kwargs=grpo_trainer_kwargs,
+    cannot_pack="GRPO's batches are prompts rolled out by the model, not rendered training rows",
 )

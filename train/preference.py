@@ -164,7 +164,15 @@ class PreferenceTrainer(RecipeHooks, DPOTrainer):
 
 
 DPO = Method(
-    training_pairs, dpo_arguments, dpo_batches, PreferenceTrainer, reference=True, implicit_reward=True
+    training_pairs,
+    dpo_arguments,
+    dpo_batches,
+    PreferenceTrainer,
+    reference=True,
+    implicit_reward=True,
+    # TRL's DPOTrainer sums each row's completion log-probabilities (chosen rows, then rejected rows, in one
+    # concatenated forward): a row holding several pairs' conversations would add them up.
+    cannot_pack="DPO scores each row as one chosen or rejected conversation (TRL sums a row's log-probs)",
 )
 
 
@@ -223,4 +231,13 @@ class UnpairedTrainer(RecipeHooks, KTOTrainer):
     """TRL's KTOTrainer with the recipe's hooks, on labelled reaction rows that UnpairedCollator renders."""
 
 
-KTO = Method(kto_rows, kto_arguments, kto_batches, UnpairedTrainer, reference=True, implicit_reward=True)
+KTO = Method(
+    kto_rows,
+    kto_arguments,
+    kto_batches,
+    UnpairedTrainer,
+    reference=True,
+    implicit_reward=True,
+    # The KL rows are spliced from the batch's own rows, and TRL sums log-probabilities per row.
+    cannot_pack="KTO scores each row as one reaction and builds its KL rows from the batch's rows",
+)

@@ -29,9 +29,11 @@ from eval.benchmarks import resolve_settings
 from eval.evaluation import Evaluation
 from eval.run_models import open_models
 from models.loading import build_if_tiny
+from models.packing import check_packable
 from models.qlora import check_qlora
 from models.towers import family_of, is_partitioned, numel, parameters_by_tower
 from train.callbacks import CheckpointEval, LogToMetricLogger
+from train.data import PackingCollator
 from train.deepspeed import deepspeed_config, write_deepspeed_config
 from train.grpo import GRPO
 from train.modes import apply_peft
@@ -97,6 +99,7 @@ def resolve(cfg: TrainConfig) -> Run:
     deepspeed_config(cfg.trainer)  # a bad ZeRO setting, or QLoRA without CUDA, fails before anything is built
     if cfg.peft.method is PeftMethod.qlora:
         check_qlora(cfg.trainer)
+    check_packing(cfg)
     datasets = synthetic_datasets(cfg.data)
     evaluation = resolve_settings(cfg.eval, datasets)
     if METHODS[cfg.stage.method].implicit_reward and "ovi_pairs" in evaluation.settings:
@@ -104,6 +107,22 @@ def resolve(cfg: TrainConfig) -> Run:
         evaluation = replace(evaluation, settings={**evaluation.settings, "ovi_pairs": pairs})
     cfg = replace(cfg, data=with_synthetic_training_data(cfg.data, datasets), eval=evaluation)
     return Run(with_start_model(cfg, run_dir), run_dir, quantized=cfg.peft.method is PeftMethod.qlora)
+
+
+def check_packing(cfg: TrainConfig) -> None:
+    """With ``data.packing=true``: the stage, the family and the attention implementation must pack.
+
+    Raises:
+        ConfigError: naming the setting that cannot pack and why.
+    """
+    if not cfg.data.packing:
+        return
+    refusal = METHODS[cfg.stage.method].cannot_pack
+    if refusal:
+        raise ConfigError(f"data.packing=true: stage.method={cfg.stage.method} cannot pack: {refusal}")
+    if cfg.data.pack_tokens is not None and cfg.data.pack_tokens < 1:
+        raise ConfigError(f"data.pack_tokens={cfg.data.pack_tokens}: give a positive token budget, or null")
+    check_packable(cfg.model.family, cfg.model.attn_implementation)
 
 
 @dataclass
@@ -154,6 +173,8 @@ def run(run: Run) -> RunResult:
         model = models.base
         partitioned_at_load = is_partitioned(model)
         train_dataset, collator = method.batches(rows, models.chat)
+        if cfg.data.packing:  # the same batches, packed (check_packing: the stage takes them)
+            collator = PackingCollator(collator, cfg.data.pack_tokens)
         # Seed again right before the LoRA init: what ran since the first seed may have drawn from the
         # global RNG (building the tiny checkpoint does, on a first run only), and the LoRA A matrices
         # must not depend on it, or a resumed run and its twin would train different adapters.

@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from decimal import Decimal
 
-from core.answers import interruption_type_named, official_correct, parse_ovi_mcq, strip_thinking
+from core.answers import interruption_types_named, official_correct, parse_ovi_mcq, strip_thinking
 from core.errors import ConfigError
 from core.sample import Sample
 from core.vocab import INTERRUPTION_TYPES
@@ -64,8 +64,6 @@ _OPTION_LINE = re.compile(r"^\s*[A-Z]:\s+\S")  # a V2P question's "A: text" line
 _OPTION_LABEL = re.compile(r"(?<![A-Za-z0-9])([A-D])\s*[:)]")  # "A: …", "B) …", "(C)"
 _LETTER_RUN = re.compile(r"(?<![A-Za-z0-9])([A-D]+)(?![A-Za-z0-9])")  # "A", "ABCD"
 _LONE_LETTER = re.compile(r"\s*([A-Z])\.?\s*")
-# The spellings core.answers reads an interruption type in, each occurrence found.
-_TYPE_NAME = re.compile(r"\b(cancell?ation|false[\s_-]*trigger|correction)\b", re.IGNORECASE)
 
 
 def _words(text: str) -> list[str]:
@@ -199,11 +197,6 @@ def _letters_named(text: str) -> set[str]:
     return {letter for run in _LETTER_RUN.findall(text) for letter in run}
 
 
-def _types_named(text: str) -> set[str]:
-    """Every interruption type ``text`` names, in canonical spelling."""
-    return {interruption_type_named(match.group(0)) for match in _TYPE_NAME.finditer(text)}
-
-
 def _repeats_question(words: list[str], item: Sample) -> bool:
     """Whether ``words`` hold a line of the question word for word (three words or more), or most of a
     line's content words (75%, of three or more)."""
@@ -240,7 +233,7 @@ def hacked(completion: str, item: Sample) -> str | None:
         return "repeats the question"
     if set(_letters(item)) <= _letters_named(completion):
         return "names every option letter"
-    if len(_types_named(completion)) == len(INTERRUPTION_TYPES):
+    if len(interruption_types_named(completion)) == len(INTERRUPTION_TYPES):
         return "names every interruption type"
     return None
 
@@ -428,7 +421,7 @@ def ovi_ca(completion: str, item: Sample) -> float | None:
         return None
     if hacked(completion, item):
         return 0.0
-    return float(_types_named(strip_thinking(completion)) == {item.meta["interruption_type"]})
+    return float(interruption_types_named(strip_thinking(completion)) == {item.meta["interruption_type"]})
 
 
 REWARDS: dict[str, Reward] = {

@@ -31,6 +31,8 @@ class Method:
         implicit_reward: whether it trains an implicit reward, beta x the log-ratio to the reference (DPO,
             KTO), which the held-out pairs then report.
         trainer_kwargs: ``(run, chat adapter) -> what else its trainer takes``.
+        cannot_pack: why ``data.packing=true`` is refused for this stage (the compose-time error says it);
+            None: its batches pack (``train.data.PackingCollator``; the trainer takes packed batches).
     """
 
     rows: Callable[[Run, FrameCache], TrainingSet]
@@ -40,6 +42,7 @@ class Method:
     reference: bool = False
     implicit_reward: bool = False
     trainer_kwargs: Callable[[Run, VideoChatAdapter], dict[str, Any]] = lambda run, chat: {}
+    cannot_pack: str | None = "its batches have no packed form"
 
 
 def sft_rows(run: Run, cache: FrameCache) -> TrainingSet:
@@ -56,4 +59,4 @@ def sft_batches(rows: TrainingSet, chat: VideoChatAdapter) -> tuple[SampleDatase
     return SampleDataset(rows.rows, chat), Collator(chat)
 
 
-SFT = Method(sft_rows, sft_arguments, sft_batches, RecipeTrainer)
+SFT = Method(sft_rows, sft_arguments, sft_batches, RecipeTrainer, cannot_pack=None)

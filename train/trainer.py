@@ -30,6 +30,7 @@ from accelerate.utils import DistributedType
 from transformers import Trainer
 
 from core.config import TrainerConfig
+from models.packing import PACKED_SAMPLES, packed_model_inputs, rope_owner
 from train.data import MediaKindSampler
 from train.optim import param_groups, tower_learning_rates
 
@@ -109,4 +110,15 @@ class RecipeHooks:
 
 
 class RecipeTrainer(RecipeHooks, Trainer):
-    """The HF Trainer with the recipe's hooks: supervised fine-tuning."""
+    """The HF Trainer with the recipe's hooks: supervised fine-tuning, on padded or packed batches."""
+
+    _rope_owner: torch.nn.Module | None = None
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """The stock loss; a packed batch (``data.packing``) first gets its per-sample positions from the
+        model (models/packing.py), here in the training process, where the model is."""
+        if PACKED_SAMPLES in inputs:
+            if self._rope_owner is None:
+                self._rope_owner = rope_owner(model)
+            inputs = packed_model_inputs(model, inputs, self._rope_owner)
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)

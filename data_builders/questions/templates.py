@@ -65,7 +65,11 @@ class TemplateQuestions:
         return qas
 
     def summary(self) -> dict[str, Any]:
-        return {"backend": self.identity}
+        # Said in build_info.json as in stats.md: the paper's questions are VLM-generated (Fig. 3a).
+        return {
+            "backend": self.identity,
+            "not_the_papers": "templates, not the paper's VLM-generated questions",
+        }
 
     def prefetch(self, jobs: Iterable[tuple[CaptionedVideo, QuestionContext]]) -> None:
         pass  # templates cost nothing to make on demand

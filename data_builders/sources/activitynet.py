@@ -12,12 +12,10 @@ from core.checks import is_list_of, is_number, is_string
 from core.errors import DataErrors
 from core.files import read_json_object
 from data_builders.sources.captions import (
-    Caption,
     CaptionedVideo,
+    checked_caption,
     clean_sentence,
-    segment_problem,
     video_entry_problems,
-    within_video,
 )
 
 
@@ -51,12 +49,14 @@ def _captioned_video(key: str, entry: dict[str, Any]) -> tuple[CaptionedVideo, l
     duration = float(entry["duration"])
     captions, quarantined = [], []
     for i, ((start, end), sentence) in enumerate(zip(entry["timestamps"], entry["sentences"], strict=True)):
-        reason = segment_problem(float(start), float(end), sentence, duration)
-        if reason:
-            quarantined.append(f"{key}[{i}]: {reason}")
+        ref = {"caption": i}
+        caption = checked_caption(
+            key, i, float(start), float(end), clean_sentence(sentence), duration, ref=ref
+        )
+        if isinstance(caption, str):
+            quarantined.append(f"{key}[{i}]: {caption}")
         else:
-            start, end = within_video(float(start), float(end), duration)
-            captions.append(Caption(key, i, start, end, clean_sentence(sentence), ref={"caption": i}))
+            captions.append(caption)
     return CaptionedVideo(key, duration, captions), quarantined
 
 

@@ -35,6 +35,9 @@ class Caption:
     sentence: str
     question: str | None = None
     ref: dict[str, Any] = field(default_factory=dict, compare=False)
+    # its end lay past the video's stated duration by no more than the annotation's own precision (61.14
+    # for a duration of 61.13, both given to 0.01 s) and was moved onto the video's end; counted in stats
+    moved_to_end: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -57,18 +60,34 @@ class CaptionedVideo:
         return self.video_file or f"{self.key}.mp4"
 
 
+def annotation_step(*values: float) -> float:
+    """The finest decimal step the values are written to: 0.01 for ``61.14`` and ``61.13``; float noise
+    (``70.28999999999999``) gives a step far below :data:`TIME_TOLERANCE_S`."""
+    decimals = [len(repr(float(v)).partition(".")[2]) if "e" not in repr(float(v)) else 16 for v in values]
+    return 10.0 ** -max(decimals)
+
+
+def end_tolerance(end: float, duration: float) -> float:
+    """How far past the duration a segment end may lie and still be the video's end: the annotation's own
+    rounding (one step of the precision the file gives both to), and never less than float noise."""
+    return max(TIME_TOLERANCE_S, annotation_step(end, duration) + TIME_TOLERANCE_S)
+
+
 def segment_problem(start: float, end: float, sentence: str, duration: float) -> str | None:
     """Why a segment cannot be used (negative, empty or reversed, beyond the video, no text), or None.
 
-    An edge less than :data:`TIME_TOLERANCE_S` outside the video is float noise and passes
-    (:func:`within_video` then moves it onto the video's edge).
+    An edge less than :data:`TIME_TOLERANCE_S` outside the video is float noise, and an end past the
+    duration within the annotation's own precision is its rounding (:func:`end_tolerance`): both pass
+    (:func:`within_video` then moves them onto the video's edge).
     """
     if start < -TIME_TOLERANCE_S:
         return f"negative start {start}"
     if end <= start:
         return f"empty or reversed segment [{start}, {end}]"
-    if end > duration + TIME_TOLERANCE_S:
+    if end > duration + end_tolerance(end, duration):
         return f"segment end {end} beyond the duration {duration}"
+    if start >= duration:
+        return f"segment start {start} at or past the duration {duration}"
     if not sentence.strip():
         return "empty sentence"
     return None
@@ -77,6 +96,19 @@ def segment_problem(start: float, end: float, sentence: str, duration: float) ->
 def within_video(start: float, end: float, duration: float) -> tuple[float, float]:
     """A usable segment (see :func:`segment_problem`) with its float noise at the video's edges removed."""
     return max(start, 0.0), min(end, duration)
+
+
+def checked_caption(
+    key: str, index: int, start: float, end: float, sentence: str, duration: float, **fields: Any
+) -> Caption | str:
+    """The caption of a segment (its edges moved onto the video, ``fields`` its question and ref), or why
+    it cannot be used (:func:`segment_problem`): every source reader checks its segments through here."""
+    reason = segment_problem(start, end, sentence, duration)
+    if reason:
+        return reason
+    moved = end > duration + TIME_TOLERANCE_S
+    start, end = within_video(start, end, duration)
+    return Caption(key, index, start, end, sentence, moved_to_end=moved, **fields)
 
 
 def clean_sentence(sentence: str) -> str:

@@ -18,13 +18,7 @@ from typing import Any
 from core.checks import is_number, is_string
 from core.errors import ConfigError, DataError, DataErrors
 from core.files import read_json_object
-from data_builders.sources.captions import (
-    Caption,
-    CaptionedVideo,
-    clean_sentence,
-    segment_problem,
-    within_video,
-)
+from data_builders.sources.captions import CaptionedVideo, checked_caption, clean_sentence
 from data_builders.sources.videos import VideoFinder
 
 
@@ -94,18 +88,16 @@ def _captioned_video(
         t = round(point["time"] / fps, 3)
         question, answer = point["question"].strip(), point["answer"]
         if t < 0:
-            reason = f"negative time {point['time']} (frame index)"
+            caption = f"negative time {point['time']} (frame index)"
         elif not question:
-            reason = "empty question"
+            caption = "empty question"
         else:
-            start = round(max(0.0, t - window_s), 3)
-            reason = segment_problem(start, t, answer, duration)
-        if reason:
-            quarantined.append(f"{key}[{i}]: breakpoint at frame {point['time']} ({t} s): {reason}")
+            start, sentence, ref = round(max(0.0, t - window_s), 3), clean_sentence(answer), {"breakpoint": i}
+            caption = checked_caption(key, i, start, t, sentence, duration, question=question, ref=ref)
+        if isinstance(caption, str):
+            quarantined.append(f"{key}[{i}]: breakpoint at frame {point['time']} ({t} s): {caption}")
         else:
-            start, end = within_video(start, t, duration)
-            ref = {"breakpoint": i}
-            captions.append(Caption(key, i, start, end, clean_sentence(answer), question=question, ref=ref))
+            captions.append(caption)
     video_path = info["video_path"]
     candidates = [video_path] if not Path(video_path).is_absolute() else []
     video_file = finder.find(key, *candidates, Path(video_path).name)

@@ -19,13 +19,7 @@ from typing import Any
 from core.checks import is_list_of, is_number, is_string
 from core.errors import DataErrors
 from core.files import read_jsonl
-from data_builders.sources.captions import (
-    Caption,
-    CaptionedVideo,
-    clean_sentence,
-    segment_problem,
-    within_video,
-)
+from data_builders.sources.captions import Caption, CaptionedVideo, checked_caption, clean_sentence
 from data_builders.sources.videos import VideoFinder
 
 
@@ -85,13 +79,13 @@ def _captions(vid: str, lines: list[tuple[int, dict[str, Any]]], quarantined: li
         if not windows:
             quarantined.append(f"{vid} (row {number}, qid {row['qid']}): no relevant window")
         for window, (start, end) in enumerate(windows):
-            reason = segment_problem(float(start), float(end), row["query"], duration)
-            if reason:
-                quarantined.append(f"{vid} (row {number}, qid {row['qid']})[{index}]: {reason}")
+            ref = {"qid": row["qid"], "window": window}
+            sentence = clean_sentence(row["query"])
+            caption = checked_caption(vid, index, float(start), float(end), sentence, duration, ref=ref)
+            if isinstance(caption, str):
+                quarantined.append(f"{vid} (row {number}, qid {row['qid']})[{index}]: {caption}")
             else:
-                start, end = within_video(float(start), float(end), duration)
-                ref = {"qid": row["qid"], "window": window}
-                captions.append(Caption(vid, index, start, end, clean_sentence(row["query"]), ref=ref))
+                captions.append(caption)
             index += 1
     return captions
 

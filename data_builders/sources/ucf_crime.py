@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import DataError, DataErrors, DecodeError
-from data_builders.sources.captions import Caption, CaptionedVideo, segment_problem, within_video
+from data_builders.sources.captions import Caption, CaptionedVideo, checked_caption
 from data_builders.sources.videos import VideoFinder, probe_video
 
 FIELDS = ("name", "class", "start1", "end1", "start2", "end2")
@@ -115,12 +115,11 @@ def _captions(line: _Line, fps: float, duration: float) -> tuple[list[Caption], 
             reasons.append(f"[{i}]: only one of its frame numbers is given: [{s}, {e}]")
             continue
         start, end = round(s / fps, 3), round(e / fps, 3)
-        reason = segment_problem(start, end, sentence, duration)
-        if reason:
-            reasons.append(f"[{i}]: frames [{s}, {e}] at {fps:g} fps: {reason}")
+        caption = checked_caption(line.key, i, start, end, sentence, duration, ref={"event": i})
+        if isinstance(caption, str):
+            reasons.append(f"[{i}]: frames [{s}, {e}] at {fps:g} fps: {caption}")
         else:
-            start, end = within_video(start, end, duration)
-            captions.append(Caption(line.key, i, start, end, sentence, ref={"event": i}))
+            captions.append(caption)
     return captions, reasons
 
 

@@ -18,12 +18,10 @@ from core.checks import is_list_of, is_number, is_string
 from core.errors import ConfigError, DataError, DataErrors
 from core.files import read_json_object
 from data_builders.sources.captions import (
-    Caption,
     CaptionedVideo,
+    checked_caption,
     clean_sentence,
-    segment_problem,
     video_entry_problems,
-    within_video,
 )
 from data_builders.sources.videos import VideoFinder
 
@@ -68,13 +66,13 @@ def load_youcook2(
         duration, captions = float(entry["duration"]), []
         for note in entry["annotations"]:
             (start, end), sentence = map(float, note["segment"]), note["sentence"]
-            reason = segment_problem(start, end, sentence, duration)
-            if reason:
-                quarantined.append(f"{vid}[{note['id']}]: {reason}")
+            ref = {"id": note["id"]}
+            sentence = clean_sentence(sentence)
+            caption = checked_caption(vid, note["id"], start, end, sentence, duration, ref=ref)
+            if isinstance(caption, str):
+                quarantined.append(f"{vid}[{note['id']}]: {caption}")
             else:
-                start, end = within_video(start, end, duration)
-                ref = {"id": note["id"]}
-                captions.append(Caption(vid, note["id"], start, end, clean_sentence(sentence), ref=ref))
+                captions.append(caption)
         layout = f"{entry['subset']}/{entry['recipe_type']}/{vid}.mp4"
         videos.append(CaptionedVideo(vid, duration, captions, finder.find(vid, layout)))
     return videos, quarantined

@@ -122,8 +122,9 @@ class Benchmark:
             percentages).
         metric_order: the order of metrics in tables (others after, as found).
         category_order: category -> its values in the order reports list them (others sorted after).
-        weighting: ``(category, value -> weight)``: overall values are the weighted means of that
-            category's per-value means, as the benchmark's paper aggregates; None: plain means over items.
+        strata: a category (OVIBench: ``type``) whose values the paired bootstrap resamples within, each
+            keeping its size, so the intervals follow the set's composition; values are plain means over
+            the items present either way. None: one plain resample of all items.
         load: ``settings -> items`` of a benchmark read from a release directory.
         synthetic: the synthetic build's dataset its ``root`` setting defaults to (``v2p_bench``,
             ``ovibench``) when ``data.build_synthetic`` is set; None: none.
@@ -158,7 +159,7 @@ class Benchmark:
     graded: frozenset[str] = frozenset()
     metric_order: tuple[str, ...] = ()
     category_order: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    weighting: tuple[str, dict[str, float]] | None = None
+    strata: str | None = None
     load: Callable[[Settings], list[Sample]] | None = None
     synthetic: str | None = None
     source: str | None = None
@@ -184,6 +185,11 @@ class Benchmark:
     def protocol(self, meta: Meta, settings: Settings) -> OviProtocol:
         """How the item is answered: from its given turns, or by the interruption simulation."""
         return OviProtocol.simulated if self.simulated(meta, settings) else OviProtocol.teacher_forced
+
+    @property
+    def has_judge(self) -> bool:
+        """Whether an LLM judge scores any of this benchmark's items."""
+        return self.judged_metrics is not _no_judged_metrics
 
     def is_graded(self, key: str) -> bool:
         """Whether a metric key (``"tfs"``, ``"tfs/type/Correction"``) is a mean on its own scale."""

@@ -44,8 +44,9 @@ Z_LETTERS = "ABCDZ"  # option letters when the Z option is offered
 DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "v2p_blind": (
         "Blind (text only)",
-        "Accuracy with neither video nor VP frame; near chance means the questions need the video "
-        "(paper: 1.4–9.6%).",
+        "Accuracy with neither video nor VP frame, against its own chance level (one over the item's "
+        "options: 25–33% on four-to-three options); near chance means the questions need the video. Not "
+        "comparable with the paper's 1.4–9.6%, a rate on the questions its blind filter kept.",
     ),
     "v2p_z": (
         "Z option",

@@ -18,7 +18,7 @@ from core.answers import parse_ovi_mcq
 from core.config import OviProtocol
 from core.errors import ConfigError
 from core.sample import Sample
-from core.vocab import INTERRUPTION_TYPES, PAPER_MIX
+from core.vocab import INTERRUPTION_TYPES
 from data_builders.ovi_format import load_ovibench
 from eval.benchmarks.base import Benchmark, Meta
 from eval.radar import write_radar
@@ -82,10 +82,18 @@ def simulated(meta: Meta, settings: OviSettings) -> bool:
     return is_open(meta) and settings.protocol == OviProtocol.simulated
 
 
+# Said wherever ca_open is reported (eval/rubrics.py CA_OPEN has the evidence).
+CA_OPEN_NOTE = (
+    "the type the reaction implies, named by the judge (close to IAC); the paper's open-ended CA cannot be "
+    "this (its Cancellation CA is 100% for every model, their IAC 51-96%), fits the model naming the type as "
+    "in the multiple-choice form, and is not reproduced: the paper does not say how it was asked"
+)
+
+
 def notes(settings: OviSettings) -> dict[str, Any]:
     """The protocol, named in every output (the teacher-forced proxy is logged apart from the paper's),
     and the phrase banks the set was built with, when its ``build_info.json`` records them."""
-    found: dict[str, Any] = _phrasings(settings.root)
+    found: dict[str, Any] = {**_phrasings(settings.root), "reconstructed": {"ca_open": CA_OPEN_NOTE}}
     if settings.protocol == OviProtocol.simulated:
         protocol = "simulated: the paper's offline simulation (the model's own answer, interrupted)"
         return {"protocol": protocol, **found}
@@ -153,9 +161,10 @@ OVI = Benchmark(
     # rule-scored rates, the judge's rates, its 1-10 scores (ca_open, the judge's class, after them)
     metric_order=("ma", "ca", "iac", "ifa", "tfs", "ves", "cfs", "ccs"),
     category_order={"type": INTERRUPTION_TYPES, "phrasing": ("eval", "paraphrased", "train")},
-    # The paper's overall numbers (Table 2) are means weighted by its type mix, matching its per-type Tables
-    # 12-14 (e.g. Doubao CFS (1.69 + 2 * 8.73 + 1.92) / 4).
-    weighting=("type", {kind.value: float(weight) for kind, weight in PAPER_MIX.items()}),
+    # The paper's overall numbers (Table 2) are item-level means over its set: one weight per type fitted to
+    # all six judged metrics of five of its six models gives its shares, 25.8 / 49.5 / 24.7% (Cancellation
+    # / Correction / False Trigger), not an exact 1:2:1 weighting. Intervals are resampled within each type.
+    strata="type",
     judged_metrics=judged_metrics,
     simulated=simulated,
     notes=notes,
