@@ -1,7 +1,7 @@
 """The results viewer: one self-contained HTML page of a run's evaluation, baseline against every checkpoint.
 
     python -m eval view outputs/quickstart            # writes outputs/quickstart/viewer.html
-    python -m eval view outputs/quickstart --out /tmp/quickstart.html
+    python -m eval view outputs/quickstart --out quickstart.html
 
 The evaluation writes the page beside ``report.md`` whenever it writes the report (``Evaluation``);
 ``view`` writes it again from a finished run's files. The page opens from disk with no server and no
