@@ -192,22 +192,16 @@ def cpu_tables() -> None:
     setup = training_setup()
     cfg, size = setup.cfg, setup.cfg.trainer.batch_size
     model = fresh_model(cfg)
-    device = torch.device("cpu")
     enough = size * (WARMUP + BATCHES)
     assert len(setup.samples) >= enough, f"the build has {len(setup.samples)} samples, {enough} wanted"
-    quick, budget = batches_each_way(setup.adapter, setup.samples[:enough], size)
-    result = compare(model, quick, device)
     padded_ms, packed_ms = pack_overhead_ms(setup.adapter, setup.samples, size)
-    print_table(
-        f"(a) The quickstart's training set: tiny Qwen2.5-VL + LoRA, batches of {size}, "
-        f"{ROUNDS}x{BATCHES} steps per way",
-        HEADER,
-        rows_of(result, way_names(budget)),
-        notes=[
-            f"rows per batch of {size} (median), each way: {rows_per_batch(quick)}",
-            f"sample lengths {length_range(quick)}",
+    measured_table(
+        f"(a) The quickstart's training set: tiny Qwen2.5-VL + LoRA, batches of {size}",
+        model,
+        *batches_each_way(setup.adapter, setup.samples[:enough], size),
+        [
             f"collating a batch: padded {padded_ms:.0f} ms, packed {packed_ms:.0f} ms (median of 5; the "
-            "processor's work is the same, packing regroups its output)",
+            "processor's work is the same, packing regroups its output)"
         ],
     )
 
@@ -215,16 +209,26 @@ def cpu_tables() -> None:
     cache = FrameCache(BENCH_ROOT / "packing" / "frame_cache")
     adapter = make_adapter(cfg.model.family, setup.processor, media, cache, cfg.model.chat_format)
     clips, _ = check_media(activitynet_samples(cfg), media, cache, desc="activitynet-shaped")
-    anet, budget = batches_each_way(adapter, clips[:enough], size)
-    result = compare(model, anet, device)
+    measured_table(
+        f"(b) ActivityNet-shaped clips (3-30 s at 1 fps, 112x112): tiny Qwen2.5-VL + LoRA, batches of {size}",
+        model,
+        *batches_each_way(adapter, clips[:enough], size),
+    )
+
+
+def measured_table(
+    title: str, model, batches: list[list[dict]], budget: int, notes: list[str] | None = None
+) -> None:
+    """One CPU table: the batches stepped each way (padded, packed, packed with ``budget``), printed."""
+    size = batches[0][0]["input_ids"].shape[0]
     print_table(
-        f"(b) ActivityNet-shaped clips (3-30 s at 1 fps, 112x112): tiny Qwen2.5-VL + LoRA, "
-        f"batches of {size}, {ROUNDS}x{BATCHES} steps per way",
+        f"{title}, {ROUNDS}x{BATCHES} steps per way",
         HEADER,
-        rows_of(result, way_names(budget)),
+        rows_of(compare(model, batches, torch.device("cpu")), way_names(budget)),
         notes=[
-            f"rows per batch of {size} (median), each way: {rows_per_batch(anet)}",
-            f"sample lengths {length_range(anet)}",
+            f"rows per batch of {size} (median), each way: {rows_per_batch(batches)}",
+            f"sample lengths {length_range(batches)}",
+            *(notes or []),
         ],
     )
 

@@ -41,7 +41,7 @@ from data_builders.cli_config import OviSourceBuild, OviTrainBuild, OviTrainPape
 from data_builders.outputs import save_build
 from data_builders.ovi_format import OVI_FILE, release_ovibench
 from data_builders.phrasings import PHRASINGS_VERSION
-from data_builders.questions import QuestionConfig
+from data_builders.questions import NOT_THE_PAPERS, QuestionConfig
 
 SOURCES_DIR = "sources"
 SOURCE_RECORD = "compose_source.json"  # the settings a source's build was made with; written last
@@ -154,8 +154,8 @@ def questions_line(questions: QuestionConfig) -> str:
     """How the questions were written, against the paper's VLM-generated ones."""
     if questions.backend is TextBackend.none:
         return (
-            "Questions: templates, NOT the paper's VLM-generated ones (OVIBench Fig. 3a); give "
-            "builder.questions.endpoint.base_url and builder.questions.model for the paper's"
+            f"Questions: {NOT_THE_PAPERS}; give builder.questions.endpoint.base_url and "
+            "builder.questions.model for the paper's"
         )
     seen = f"{questions.frames} frames of each segment" if questions.frames else "the captions only"
     return f"Questions: {questions.backend} model {questions.model}, shown {seen}"

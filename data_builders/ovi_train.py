@@ -51,6 +51,7 @@ from data_builders.outputs import BuildReport, save_build
 from data_builders.ovi_format import LETTERS, release_ovibench
 from data_builders.phrasings import BANKS, PHRASINGS_VERSION, PhraseBank, Phrasings
 from data_builders.questions import (
+    NOT_THE_PAPERS,
     QA,
     QuestionContext,
     QuestionGenerator,
@@ -445,7 +446,7 @@ def _report(rows: list[dict], quarantined: list[str], **info: Any) -> BuildRepor
         counts = ", ".join(f"{k} {questions[k]}" for k in ("generated", "from_cache", "failed", "errors"))
         stats += f"Questions: {questions['backend']} ({counts})\n"
     else:  # the paper's are VLM-generated (OVIBench Fig. 3a)
-        stats += "Questions: templates, not the paper's VLM-generated ones (questions.backend=endpoint)\n"
+        stats += f"Questions: {NOT_THE_PAPERS} (questions.backend=endpoint)\n"
     summary = {
         **info,
         "rows": len(rows),

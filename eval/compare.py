@@ -117,7 +117,7 @@ def _judges(results: list[dict[str, list[dict]]], labels: list[str]) -> dict[str
     """The summary's ``judge`` entry: what judged the records, per model and judged benchmark."""
     of_models = {
         label: {
-            bench: sorted(judges_of(records)) for bench, records in of_model.items() if judges_of(records)
+            bench: sorted(judges) for bench, records in of_model.items() if (judges := judges_of(records))
         }
         for label, of_model in zip(labels, results, strict=True)
     }

@@ -19,6 +19,7 @@ import argparse
 import base64
 import json
 import warnings
+import weakref
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,12 +59,23 @@ def write_viewer(
         summary: the run's summary, as just written.
         stored: each model's results as the summary read them (records and their scores), in model order.
     """
-    cfg = evaluation.cfg
-    thumbnails = Thumbnails(cfg.media, frame_cache(cfg.data.frame_cache), follows_on(cfg.model.family))
-    data = page_data(evaluation, summary, stored, thumbnails)
+    data = page_data(evaluation, summary, stored, _thumbnails(evaluation))
     path = Path(out) if out else evaluation.run_dir.path / VIEWER_FILE
     write_text_atomic(path, render_page(data))
     return path
+
+
+# One thumbnail table per evaluation: a training writes the page after every checkpoint's evaluation, and
+# its items (so their frames) stay the same, so each is encoded once, not once per page.
+_THUMBNAILS: weakref.WeakKeyDictionary[Evaluation, Thumbnails] = weakref.WeakKeyDictionary()
+
+
+def _thumbnails(evaluation: Evaluation) -> Thumbnails:
+    if evaluation not in _THUMBNAILS:
+        cfg = evaluation.cfg
+        cache = frame_cache(cfg.data.frame_cache)
+        _THUMBNAILS[evaluation] = Thumbnails(cfg.media, cache, follows_on(cfg.model.family))
+    return _THUMBNAILS[evaluation]
 
 
 def frame_cache(root: str | None) -> FrameCache:
@@ -112,6 +124,7 @@ def page_data(
             by_model = {name: found[sample.id] for name, found in answers.items() if sample.id in found}
             if by_model:
                 items.append(_item(bench, sample, by_model, thumbnails))
+    shown = {part["key"] for item in items for part in item["media"]}
     return {
         "run": evaluation.run_dir.path.name,
         "models": [{"name": m["name"], "step": m["step"]} for m in models],
@@ -119,8 +132,9 @@ def page_data(
         "figures": _figures(evaluation.run_dir.path),
         "benchmarks": benchmarks,
         "items": items,
-        "media": thumbnails.table,
-        "missing": thumbnails.missing,
+        # Only the media of this page's items: the table may hold those of an earlier page's too.
+        "media": {key: thumbs for key, thumbs in thumbnails.table.items() if key in shown},
+        "missing": {key: why for key, why in thumbnails.missing.items() if key in shown},
     }
 
 

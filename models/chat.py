@@ -200,7 +200,7 @@ class VideoChatAdapter:
             return_tensors="pt",
             **kwargs,
         )
-        if self.positions_by_rate and "second_per_grid_ts" in batch and self.media.position_fps is not None:
+        if "second_per_grid_ts" in batch and self.media.position_fps is not None:
             # Qwen2.5-VL spaces a video's temporal positions by the seconds per temporal patch; the
             # official V2P script passes no rate, so its processor takes every video at position_fps.
             patch = self.processor.video_processor.temporal_patch_size

@@ -51,7 +51,7 @@ from typing import Any
 from core.text_models import EndpointConfig, TextBackend, TextModelConfig, make_text_model
 from data_builders.questions.model import ModelQuestions, build_prompt, parse_reply
 from data_builders.questions.qa import QA, QuestionContext, QuestionError, QuestionGenerator, as_sentence
-from data_builders.questions.templates import TEMPLATE_KINDS, TemplateQuestions
+from data_builders.questions.templates import NOT_THE_PAPERS, TEMPLATE_KINDS, TemplateQuestions
 from data_builders.sources.captions import CaptionedVideo
 
 # How questions are ordered within a video (stable otherwise): the pipeline's random choices index
@@ -123,6 +123,7 @@ def make_question_generator(
 
 
 __all__ = [
+    "NOT_THE_PAPERS",
     "QA",
     "TEMPLATE_KINDS",
     "ModelQuestions",

@@ -24,6 +24,10 @@ from data_builders.questions.qa import (
 )
 from data_builders.sources.captions import Caption, CaptionedVideo
 
+# Said wherever template questions are recorded (build_info.json, stats.md, composition.md): the paper's
+# questions are VLM-generated (OVIBench Fig. 3a).
+NOT_THE_PAPERS = "templates, NOT the paper's VLM-generated ones (OVIBench Fig. 3a)"
+
 # A subject the person template asks about: "a young man", "the women", "he" (not "a man's hand").
 _PERSON = re.compile(
     r"^(?:(?:a|an|the) (?:\w+ )?(?P<one>man|woman|boy|girl|person|lady|guy|child|kid|player|chef)"
@@ -65,11 +69,7 @@ class TemplateQuestions:
         return qas
 
     def summary(self) -> dict[str, Any]:
-        # Said in build_info.json as in stats.md: the paper's questions are VLM-generated (Fig. 3a).
-        return {
-            "backend": self.identity,
-            "not_the_papers": "templates, not the paper's VLM-generated questions",
-        }
+        return {"backend": self.identity, "not_the_papers": NOT_THE_PAPERS}
 
     def prefetch(self, jobs: Iterable[tuple[CaptionedVideo, QuestionContext]]) -> None:
         pass  # templates cost nothing to make on demand
