@@ -219,6 +219,13 @@ class V2pForm(Choice):
     mcq = "mcq"  # with options, the letter rewarded by the official rule
 
 
+class WeightSync(Choice):
+    """How a rollout server (``stage.grpo.server``) is given the policy's weights before each step."""
+
+    restart = "restart"  # its command is started again on the new weights (any server: vLLM, SGLang, ...)
+    by_path = "by_path"  # one server loads the weights directory each request names (transformers serve)
+
+
 @dataclass
 class GrpoConfig:
     """``stage.grpo``: GRPO's settings, named as TRL's ``GRPOConfig`` names them (train/grpo.py)."""
@@ -245,6 +252,12 @@ class GrpoConfig:
     # An LLM judge's reward for open OVI reactions (train/judge_reward.py; weight: rewards.ovi_judge), the
     # evaluation's judge settings; backend none (the default): off
     judge: JudgeConfig = field(default_factory=lambda: JudgeConfig(cache="${run_dir}/grpo_judge_cache.jsonl"))
+    # Rollouts through an OpenAI-compatible server (train/served_rollouts.py), e.g.
+    # server@stage.grpo.server=vllm; off (in process) while neither command nor endpoint.base_url is set.
+    # Before every step's rollouts the policy's weights (LoRA merged) are written under
+    # <run_dir>/rollout_weights and handed over as weight_sync says.
+    server: ServerConfig = field(default_factory=lambda: ServerConfig())
+    weight_sync: WeightSync = WeightSync.restart
 
 
 @dataclass

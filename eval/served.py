@@ -39,7 +39,7 @@ from core.files import atomic_dir, atomic_path
 from core.media import load_image, span_specs
 from core.rundir import RunDir
 from core.sample import Part, Sample, Turn
-from core.text_models import EndpointTextModel, TextModelConfig
+from core.text_models import EndpointTextModel, Reply, TextModelConfig
 from eval.predictor import NotServed
 from eval.server_process import launched_server
 from models.chat import VideoChatAdapter
@@ -94,15 +94,37 @@ class ServedModel:
             messages, seed=None, max_tokens=max_new_tokens, extra=_TAKE_EVERY_FRAME
         ).content
 
-    def _simulate(self, sample: Sample, max_new_tokens: int) -> dict[str, Any]:
-        question, _, interruption, _ = sample.turns
-        cut = interruption_cut(sample)
-        start = time.perf_counter()
+    def interrupted(self, sample: Sample) -> tuple[Sample, Reply]:
+        """OVIBench's simulation up to the interruption: the sample with the model's own answer (greedy, cut
+        at the interruption point) in place of the dataset's partial answer, and that answer's reply (its
+        ``finish_reason`` says whether it ended first). The last turn, the reference reaction, is kept."""
+        question, _, interruption, reference = sample.turns
         prefix = self.messages(replace(sample, turns=[question]))
+        cut = interruption_cut(sample)
         answer = self.client.reply(prefix, seed=None, max_tokens=cut, extra=_TAKE_EVERY_FRAME)
-        middle = time.perf_counter()
         spoken = Turn("assistant", [Part.txt(answer.content)])
-        full = self.messages(replace(sample, turns=[question, spoken, interruption]))
+        return replace(sample, turns=[question, spoken, interruption, reference]), answer
+
+    def sampled(
+        self, sample: Sample, seeds: list[int], temperature: float, max_new_tokens: int
+    ) -> list[Reply]:
+        """Replies to the sample's given turns (its last, the reference, left out) sampled at
+        ``temperature``, one request per seed (a server given the same prompt again reuses its cache where it
+        has prefix caching, as vLLM does; ``n`` is not every server's)."""
+        messages = self.messages(replace(sample, turns=sample.turns[:-1]))
+        extra = {**_TAKE_EVERY_FRAME, "temperature": temperature}
+        with ThreadPoolExecutor(min(self.workers, len(seeds))) as pool:
+            replies = pool.map(
+                lambda seed: self.client.reply(messages, seed=seed, max_tokens=max_new_tokens, extra=extra),
+                seeds,
+            )
+            return list(replies)
+
+    def _simulate(self, sample: Sample, max_new_tokens: int) -> dict[str, Any]:
+        start = time.perf_counter()
+        interrupted, answer = self.interrupted(sample)
+        middle = time.perf_counter()
+        full = self.messages(replace(interrupted, turns=interrupted.turns[:-1]))
         reaction = self.client.reply(full, seed=None, max_tokens=max_new_tokens, extra=_TAKE_EVERY_FRAME)
         end = time.perf_counter()
         return {
@@ -110,7 +132,7 @@ class ServedModel:
             "truncated_answer": answer.content,
             "simulation": {
                 "engine": ENGINE,
-                "cut_tokens": cut,
+                "cut_tokens": interruption_cut(sample),
                 "answer_finished": answer.finish_reason == "stop",
                 "answer_seconds": round(middle - start, 4),
                 "continuation_seconds": round(end - middle, 4),

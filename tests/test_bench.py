@@ -1,7 +1,7 @@
 """The GPU benchmarks' code paths (the LoRA step, packing), on tiny sizes on the CPU (``--cpu-smoke``): CI
 has no GPU, so this is what keeps the scripts that a lent GPU will run from rotting. Their figures are not
-checked: on the CPU they mean nothing. The GRPO rollout benchmark runs whole (seconds); its table is
-checked for its rows."""
+checked: on the CPU they mean nothing. The GRPO rollout benchmarks (in process, and through a real
+``transformers serve``) run whole (seconds); their tables are checked for their rows."""
 
 from __future__ import annotations
 
@@ -52,3 +52,10 @@ def test_the_packing_benchmark_runs_its_gpu_code_path_on_the_cpu(tmp_path):
     assert "(c) ActivityNet-shaped clips at 112x112" in stdout and "MFU" in stdout
     rows = [line for line in stdout.splitlines() if line.startswith("| packed")]
     assert len(rows) == 2, stdout
+
+
+@pytest.mark.slow
+def test_the_served_rollout_benchmark_prints_in_process_and_both_hand_overs(serving, tmp_path):
+    stdout = _run_bench("bench_served_rollouts.py", tmp_path)
+    rows = [line for line in stdout.splitlines() if line.startswith("| in process") or "weight_sync=" in line]
+    assert len(rows) == 3 and all(float(row.split("|")[-2]) > 0 for row in rows), stdout

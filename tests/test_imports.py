@@ -6,7 +6,8 @@ ones inside functions included:
 - data_builders (the builders) imports core only;
 - models (loading, the chat adapter, towers) imports core and data_builders;
 - eval imports data_builders, core and models, never train;
-- train reaches eval through its public entries only: eval.evaluation, eval.run_models, eval.benchmarks;
+- train reaches eval through its public entries only: eval.evaluation, eval.run_models, eval.benchmarks,
+  eval.judging, eval.served and eval.server_process;
 - launch composes commands: it imports core only (the config schema, file helpers), never torch;
 - no module imports a private name (``_name``) from another package.
 """
@@ -32,9 +33,15 @@ MAY_IMPORT = {
 }
 # Where a package may reach into another only through given modules.
 # train: the evaluation, the run's models (assembled once for training and evaluation alike), the benchmark
-# registry (whose settings dataclasses type the config) and the judge (GRPO's judge reward is the
-# evaluation's judge).
-ONLY_THROUGH = {("train", "eval"): {"eval.evaluation", "eval.run_models", "eval.benchmarks", "eval.judging"}}
+# registry (whose settings dataclasses type the config), the judge (GRPO's judge reward is the
+# evaluation's judge) and the served model with its launcher (GRPO's served rollouts ask a server what
+# served evaluation asks it).
+ONLY_THROUGH = {
+    ("train", "eval"): {
+        "eval.evaluation", "eval.run_models", "eval.benchmarks", "eval.judging", "eval.served",
+        "eval.server_process",
+    }
+}  # fmt: skip
 
 
 def imports(package: str) -> list[tuple[Path, int, str, list[str]]]:

@@ -39,6 +39,7 @@ from train.grpo_loss import advantages, grpo_loss, nanstd
 from train.judge_reward import judge_rewards
 from train.rewards import applicable, weighted
 from train.rollouts import Rollout, completion_logps, is_interruption, rollout
+from train.served_rollouts import ServedRollouts
 from train.stages import Method, sft_arguments, sft_rows
 from train.trainer import RecipeHooks
 
@@ -107,17 +108,31 @@ def grpo_batches(rows: TrainingSet, chat: VideoChatAdapter):
 def grpo_trainer_kwargs(run: Run, chat: VideoChatAdapter) -> dict[str, Any]:
     settings = run.cfg.stage.grpo
     judge = make_judge(settings.judge, run.dir.path, key="stage.grpo.judge")
-    return {"grpo": settings, "chat": chat, "extra_rewards": judge_rewards(judge, settings.judge.metrics)}
+    served = settings.server.enabled and ServedRollouts(settings, chat, run.dir.path / "rollout_weights")
+    return {
+        "grpo": settings,
+        "chat": chat,
+        "extra_rewards": judge_rewards(judge, settings.judge.metrics),
+        "served_rollouts": served or None,
+    }
 
 
 class GrpoTrainer(RecipeHooks, Trainer):
     """The HF Trainer with the recipe's hooks, whose loss is a GRPO step: rollouts, rewards, TRL's loss."""
 
     def __init__(
-        self, *args, grpo: GrpoConfig, chat: VideoChatAdapter, extra_rewards=None, ref_model=None, **kwargs
+        self,
+        *args,
+        grpo: GrpoConfig,
+        chat: VideoChatAdapter,
+        extra_rewards=None,
+        served_rollouts: ServedRollouts | None = None,
+        ref_model=None,
+        **kwargs,
     ):
         super().__init__(*args, **kwargs)
         self.grpo, self.chat, self.extra_rewards = grpo, chat, extra_rewards or {}
+        self.served_rollouts = served_rollouts
         self.ref_model = ref_model and self._prepared_reference(ref_model)
         self.loss_is_scaled_for_ga = False  # the loss is a micro-batch's: the Trainer divides by accumulation
         self._logged: dict[str, list[float]] = defaultdict(list)
@@ -162,7 +177,16 @@ class GrpoTrainer(RecipeHooks, Trainer):
         self._record(rollouts, rewards, adv.tied, parts)
         return parts.loss
 
+    def train(self, *args, **kwargs):
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            if self.served_rollouts is not None:
+                self.served_rollouts.close()
+
     def _rollouts(self, policy, items: list[Sample]) -> list[Rollout]:
+        if self.served_rollouts is not None:
+            return self.served_rollouts.rollouts(policy, items, self.state.global_step)
         settings, was_training = self.grpo, policy.training
         synced = distributed.world_size() > 1 and distributed.zero3_enabled()
         policy.eval()

@@ -1,0 +1,135 @@
+"""GRPO rollouts through a server (``stage.grpo.server``) against rollouts in process, and what handing the
+policy's weights to the server costs per step.
+
+The tiny Qwen2.5-VL with a LoRA adapter (random, non-zero) and trained output layer and embeddings, as the
+quickstart trains it. Per step a served run first writes the policy, merged (``save_policy``), and hands it
+over: ``restart`` starts the server's command again on it, ``by_path`` names the new directory to one server
+that loads it on the first request. Then one group per item kind (a question on a 20 s video, and an OVI
+Correction rolled out through the served simulation), G completions at temperature 1 up to 32 tokens, is
+sampled in process (the prompt's cache shared, ``train.rollouts``) and through the server (G requests).
+
+    python bench/bench_served_rollouts.py                        # transformers serve, on this machine
+    python bench/bench_served_rollouts.py --by-path-command "" --video inline --command \\
+        "python -m vllm.entrypoints.openai.api_server --model {model} --port {port} \\
+        --media-io-kwargs '{\\"video\\": {\\"num_frames\\": -1}}'"
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from bench_grpo_rollouts import COMPLETION_TOKENS, MEDIA, video_question
+from bench_kv_continuation import ovi_item
+from common import median, print_table, tiny_model_for_inference
+
+from core.config import GrpoConfig, ServerConfig, VideoTransport, WeightSync
+from core.media import FrameCache
+from models.chat import VideoChatAdapter
+from train.rollouts import rollout
+from train.served_rollouts import ServedRollouts
+
+REPEATS = 3  # steps timed per setting
+GENERATIONS = 8
+SERVE = f"{sys.executable} -m transformers.cli.transformers serve {{model}} --device cpu --host 127.0.0.1 "
+SERVE += "--port {port}"
+
+
+def lora_policy():
+    """The tiny model with the quickstart's kind of adapter, its weights moved off their initial values."""
+    from peft import LoraConfig, get_peft_model
+
+    model, processor = tiny_model_for_inference()
+    config = LoraConfig(r=8, target_modules=["q_proj", "v_proj"], modules_to_save=["lm_head", "embed_tokens"])
+    policy = get_peft_model(model, config)
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name or "modules_to_save" in name:
+                param.add_(0.02 * torch.randn_like(param))
+    return policy.eval(), processor
+
+
+def served_steps(engine: ServedRollouts, policy, items) -> tuple[list[float], list[float]]:
+    """Per timed step: seconds to hand the weights over, and to roll out the items' groups."""
+    syncs, rollouts = [], []
+    for step in range(REPEATS + 1):  # step 0 warms up: the server's first start, the clip files
+        start = time.perf_counter()
+        engine.sync(policy, step)
+        middle = time.perf_counter()
+        engine.rollouts(policy, items, step)
+        end = time.perf_counter()
+        if step:
+            syncs.append(middle - start)
+            rollouts.append(end - middle)
+    return syncs, rollouts
+
+
+def in_process(policy, adapter, items) -> float:
+    """Median seconds to roll out the items' groups in process."""
+    times = []
+    for repeat in range(REPEATS + 1):
+        start = time.perf_counter()
+        for item in items:
+            rollout(
+                policy, adapter, item, generations=GENERATIONS, temperature=1.0, max_tokens=COMPLETION_TOKENS
+            )
+        if repeat:
+            times.append(time.perf_counter() - start)
+    return median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--command", default=SERVE, help="the server's command ({model}, {port})")
+    by_path_help = "a server that loads the model each request names; empty: skip by_path"
+    parser.add_argument("--by-path-command", default=SERVE.replace(" {model}", ""), help=by_path_help)
+    parser.add_argument("--video", default="path", choices=["path", "inline"])
+    args = parser.parse_args()
+    os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")  # the server is on this machine
+
+    policy, processor = lora_policy()
+    completions = GENERATIONS * 2
+    with tempfile.TemporaryDirectory() as tmp:
+        adapter = VideoChatAdapter(processor, MEDIA, FrameCache(Path(tmp) / "frames"))
+        ovi = ovi_item(Path(tmp))
+        items = [video_question(ovi), ovi]
+        local = in_process(policy, adapter, items)
+        rate = f"{completions / local:.1f}"
+        rows = [["in process (shared prompt cache)", "-", f"{local:.2f}", rate, "1.00"]]
+        ways = {WeightSync.restart: args.command, WeightSync.by_path: args.by_path_command}
+        for sync, command in ways.items():
+            if not command:
+                continue
+            server = ServerConfig(command=command, video=VideoTransport(args.video), startup_timeout_s=600)
+            settings = GrpoConfig(server=server, weight_sync=sync, num_generations=GENERATIONS)
+            settings.max_completion_length = COMPLETION_TOKENS
+            engine = ServedRollouts(settings, adapter, Path(tmp) / f"weights-{sync}")
+            try:
+                syncs, times = served_steps(engine, policy, items)
+            finally:
+                engine.close()
+            seconds = median(times)
+            rows.append([f"served, weight_sync={sync}", f"{median(syncs):.2f}", f"{seconds:.2f}",
+                         f"{completions / seconds:.1f}", f"{local / seconds:.2f}"])  # fmt: skip
+    print_table(
+        f"GRPO rollouts, tiny Qwen2.5-VL with LoRA: one step's weight hand-over and rollouts, median of "
+        f"{REPEATS} steps",
+        ["rollouts", "weights handed over, s", "rollouts, s", "completions/s", "vs in process"],
+        rows,
+        notes=[
+            f"a step: a 20 s video question and an OVI Correction item, G={GENERATIONS} each, temperature 1, "
+            f"up to {COMPLETION_TOKENS} tokens; 16 frames of 112x112 per span",
+            "hand-over: the merged policy written, then the server restarted on it (restart) or named it in "
+            "the next requests (by_path: the load falls in the rollouts' time)",
+            "server: " + args.command.replace(sys.executable, "python"),
+        ],
+    )
+
+
+if __name__ == "__main__":
+    main()
