@@ -9,15 +9,20 @@ Correction rolled out through the served simulation), G completions at temperatu
 sampled in process (the prompt's cache shared, ``train.rollouts``) and through the server (G requests).
 
     python bench/bench_served_rollouts.py                        # transformers serve, on this machine
-    python bench/bench_served_rollouts.py --by-path-command "" --video inline --command \\
-        "python -m vllm.entrypoints.openai.api_server --model {model} --port {port} \\
+    # vLLM's CPU build (docs/serving.md: its own venv, a tiny model of head size 32):
+    VLLM_CPU_KVCACHE_SPACE=1 python bench/bench_served_rollouts.py --checkpoint outputs/models/tiny-head32 \\
+        --by-path-command "" --video inline --sampled-tokens --command "../vllm-cpu/bin/python -m \\
+        vllm.entrypoints.openai.api_server --model {model} --port {port} --dtype float32 \\
+        --max-model-len 4096 --logprobs-mode processed_logprobs \\
         --media-io-kwargs '{\\"video\\": {\\"num_frames\\": -1}}'"
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -31,7 +36,7 @@ from common import median, print_table, tiny_model_for_inference
 from core.config import GrpoConfig, ServerConfig, VideoTransport, WeightSync
 from core.media import FrameCache
 from models.chat import VideoChatAdapter
-from train.rollouts import rollout
+from train.rollouts import completion_logps, rollout
 from train.served_rollouts import ServedRollouts
 
 REPEATS = 3  # steps timed per setting
@@ -40,11 +45,18 @@ SERVE = f"{sys.executable} -m transformers.cli.transformers serve {{model}} --de
 SERVE += "--port {port}"
 
 
-def lora_policy():
+def lora_policy(checkpoint: str | None):
     """The tiny model with the quickstart's kind of adapter, its weights moved off their initial values."""
     from peft import LoraConfig, get_peft_model
 
-    model, processor = tiny_model_for_inference()
+    from core.config import ModelConfig
+    from models.loading import load_model
+
+    torch.manual_seed(0)
+    if checkpoint is None:
+        model, processor = tiny_model_for_inference()
+    else:
+        model, processor = load_model(ModelConfig(name_or_path=checkpoint))
     config = LoraConfig(r=8, target_modules=["q_proj", "v_proj"], modules_to_save=["lm_head", "embed_tokens"])
     policy = get_peft_model(model, config)
     with torch.no_grad():
@@ -54,19 +66,34 @@ def lora_policy():
     return policy.eval(), processor
 
 
-def served_steps(engine: ServedRollouts, policy, items) -> tuple[list[float], list[float]]:
-    """Per timed step: seconds to hand the weights over, and to roll out the items' groups."""
-    syncs, rollouts = [], []
+def served_steps(engine: ServedRollouts, policy, items) -> tuple[list[float], list[float], list[float]]:
+    """Per timed step: seconds to hand the weights over and to roll out the items' groups, and each token's
+    |log-probability| difference between the server's and ours (where the server returns them)."""
+    syncs, rollouts, differences = [], [], []
     for step in range(REPEATS + 1):  # step 0 warms up: the server's first start, the clip files
         start = time.perf_counter()
         engine.sync(policy, step)
         middle = time.perf_counter()
-        engine.rollouts(policy, items, step)
+        groups = engine.rollouts(policy, items, step)
         end = time.perf_counter()
         if step:
             syncs.append(middle - start)
             rollouts.append(end - middle)
-    return syncs, rollouts
+        differences += sampler_differences(policy, groups)
+    return syncs, rollouts, differences
+
+
+def sampler_differences(policy, groups) -> list[float]:
+    """|ours - the server's| log-probability of each sampled token the server gave one for (scored as the
+    training scores served completions: at the temperature, on the whole vocabulary)."""
+    with torch.no_grad():
+        ours, mask = completion_logps(policy, groups, 1.0, None)
+    rows = [logps for group in groups for logps in group.group.logps]
+    out = []
+    for row, logps in enumerate(rows):
+        given = [(i, lp) for i, lp in enumerate(logps) if mask[row, i] and not math.isnan(lp)]
+        out += [abs(float(ours[row, i]) - lp) for i, lp in given]
+    return out
 
 
 def in_process(policy, adapter, items) -> float:
@@ -89,10 +116,12 @@ def main() -> None:
     by_path_help = "a server that loads the model each request names; empty: skip by_path"
     parser.add_argument("--by-path-command", default=SERVE.replace(" {model}", ""), help=by_path_help)
     parser.add_argument("--video", default="path", choices=["path", "inline"])
+    parser.add_argument("--sampled-tokens", action="store_true", help="ask for the sampled ids (vLLM)")
+    parser.add_argument("--checkpoint", default=None, help="the model (default: the quickstart's tiny one)")
     args = parser.parse_args()
     os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")  # the server is on this machine
 
-    policy, processor = lora_policy()
+    policy, processor = lora_policy(args.checkpoint)
     completions = GENERATIONS * 2
     with tempfile.TemporaryDirectory() as tmp:
         adapter = VideoChatAdapter(processor, MEDIA, FrameCache(Path(tmp) / "frames"))
@@ -100,30 +129,45 @@ def main() -> None:
         items = [video_question(ovi), ovi]
         local = in_process(policy, adapter, items)
         rate = f"{completions / local:.1f}"
-        rows = [["in process (shared prompt cache)", "-", f"{local:.2f}", rate, "1.00"]]
+        rows = [["in process (shared prompt cache)", "-", f"{local:.2f}", rate, "1.00", "-"]]
         ways = {WeightSync.restart: args.command, WeightSync.by_path: args.by_path_command}
         for sync, command in ways.items():
             if not command:
                 continue
             server = ServerConfig(command=command, video=VideoTransport(args.video), startup_timeout_s=600)
+            server.sampled_tokens = args.sampled_tokens
             settings = GrpoConfig(server=server, weight_sync=sync, num_generations=GENERATIONS)
             settings.max_completion_length = COMPLETION_TOKENS
             engine = ServedRollouts(settings, adapter, Path(tmp) / f"weights-{sync}")
             try:
-                syncs, times = served_steps(engine, policy, items)
+                syncs, times, differences = served_steps(engine, policy, items)
             finally:
                 engine.close()
             seconds = median(times)
+            agreement = (
+                f"{statistics.mean(differences):.4f} / {max(differences):.4f} ({len(differences)} tokens)"
+                if differences
+                else "no log-probabilities returned"
+            )
             rows.append([f"served, weight_sync={sync}", f"{median(syncs):.2f}", f"{seconds:.2f}",
-                         f"{completions / seconds:.1f}", f"{local / seconds:.2f}"])  # fmt: skip
+                         f"{completions / seconds:.1f}", f"{local / seconds:.2f}", agreement])  # fmt: skip
     print_table(
         f"GRPO rollouts, tiny Qwen2.5-VL with LoRA: one step's weight hand-over and rollouts, median of "
         f"{REPEATS} steps",
-        ["rollouts", "weights handed over, s", "rollouts, s", "completions/s", "vs in process"],
+        [
+            "rollouts",
+            "weights handed over, s",
+            "rollouts, s",
+            "completions/s",
+            "vs in process",
+            "|log-prob| ours vs server's: mean / max",
+        ],  # fmt: skip
         rows,
         notes=[
             f"a step: a 20 s video question and an OVI Correction item, G={GENERATIONS} each, temperature 1, "
             f"up to {COMPLETION_TOKENS} tokens; 16 frames of 112x112 per span",
+            "log-probabilities: of the tokens the server sampled, ours scored at temperature 1 on the whole "
+            "vocabulary (as the training scores served completions), where the server returns them",
             "hand-over: the merged policy written, then the server restarted on it (restart) or named it in "
             "the next requests (by_path: the load falls in the rollouts' time)",
             "server: " + args.command.replace(sys.executable, "python"),

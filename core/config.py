@@ -219,6 +219,17 @@ class V2pForm(Choice):
     mcq = "mcq"  # with options, the letter rewarded by the official rule
 
 
+class SamplerCorrection(Choice):
+    """How the sampler's mismatch is corrected (TRL's ``vllm_importance_sampling_mode``): per token or per
+    completion, the ratio of the policy's probability to the sampler's clipped (truncate) or zeroed outside
+    ``[clip_min, clip_max]`` (mask)."""
+
+    token_truncate = "token_truncate"
+    token_mask = "token_mask"
+    sequence_truncate = "sequence_truncate"
+    sequence_mask = "sequence_mask"
+
+
 class WeightSync(Choice):
     """How a rollout server (``stage.grpo.server``) is given the policy's weights before each step."""
 
@@ -258,6 +269,13 @@ class GrpoConfig:
     # <run_dir>/rollout_weights and handed over as weight_sync says.
     server: ServerConfig = field(default_factory=lambda: ServerConfig())
     weight_sync: WeightSync = WeightSync.restart
+    # Where the server returns the sampled tokens' log-probabilities (server.sampled_tokens), TRL's correction
+    # for the sampler not being exactly the policy scored (its kernels, dtype, positions): each token's loss
+    # weighted by the ratio of the two, as vllm_importance_sampling_mode says (TRL's names and defaults)
+    vllm_importance_sampling_correction: bool = True
+    vllm_importance_sampling_mode: SamplerCorrection = SamplerCorrection.sequence_mask
+    vllm_importance_sampling_clip_min: float | None = None
+    vllm_importance_sampling_clip_max: float | None = 3.0
 
 
 @dataclass
@@ -332,6 +350,11 @@ class ServerConfig:
     model: str | None = None  # the served model's name; null: the weights path as the server was given it
     video: VideoTransport = VideoTransport.inline
     startup_timeout_s: float = 900.0  # a launched server must answer /health within this
+    # GRPO's served rollouts ask for each sampled token's id and log-probability (vLLM: logprobs with
+    # return_tokens_as_token_ids, served with --logprobs-mode processed_logprobs), so the loss scores the very
+    # tokens sampled and corrects for the sampler (stage.grpo.vllm_importance_sampling_*); other servers
+    # (transformers serve refuses the field) leave it false, and their replies are tokenized again
+    sampled_tokens: bool = False
 
     @property
     def enabled(self) -> bool:

@@ -62,10 +62,13 @@ class TextModelConfig:
 @dataclass
 class Reply:
     """A server's reply: its text, and why it ended (``stop``: the model ended its turn; ``length``: the
-    token limit)."""
+    token limit); the sampled tokens' ids and log-probabilities where the server returned them as ids
+    (vLLM's ``logprobs`` with ``return_tokens_as_token_ids``), else None."""
 
     content: str
     finish_reason: str | None
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
 
 
 class TextModelError(UserError, RuntimeError):
@@ -211,7 +214,20 @@ class EndpointTextModel:
             # A body of the wrong shape means a wrong endpoint or server, which a retry will not fix.
             snippet = raw[:_ERROR_SNIPPET].decode(errors="replace")
             raise TextModelError(f"{self.url}: unexpected response body: {snippet!r}") from err
-        return Reply(content if isinstance(content, str) else "", choice.get("finish_reason"))
+        content = content if isinstance(content, str) else ""
+        return Reply(content, choice.get("finish_reason"), *_sampled_tokens(choice))
+
+
+def _sampled_tokens(choice: dict) -> tuple[list[int] | None, list[float] | None]:
+    """The ids and log-probabilities of a reply's tokens, when the server gave each token as
+    ``token_id:<id>`` (anything else: None, None)."""
+    entries = (choice.get("logprobs") or {}).get("content")
+    if not isinstance(entries, list):
+        return None, None
+    tokens = [str(e.get("token", "")) if isinstance(e, dict) else "" for e in entries]
+    if not all(t.startswith("token_id:") and t[9:].isdigit() for t in tokens):
+        return None, None
+    return [int(t[9:]) for t in tokens], [float(e["logprob"]) for e in entries]
 
 
 def _error_body(err: urllib.error.HTTPError, key: str) -> str:

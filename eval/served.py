@@ -53,6 +53,8 @@ NOT_SERVED = (
 )
 # transformers serve samples 32 frames from any video unless told otherwise; our frames are already sampled.
 _TAKE_EVERY_FRAME = {"chat_template_kwargs": {"num_frames": None, "do_sample_frames": False}}
+# vLLM's extension for the sampled tokens as ids, with their log-probabilities
+_SAMPLED_TOKENS = {"logprobs": True, "top_logprobs": 0, "return_tokens_as_token_ids": True}
 _CLIP_FORMAT_VERSION = 1  # bump when the written clips change
 
 
@@ -110,9 +112,12 @@ class ServedModel:
     ) -> list[Reply]:
         """Replies to the sample's given turns (its last, the reference, left out) sampled at
         ``temperature``, one request per seed (a server given the same prompt again reuses its cache where it
-        has prefix caching, as vLLM does; ``n`` is not every server's)."""
+        has prefix caching, as vLLM does; ``n`` is not every server's); with ``sampled_tokens``, each with
+        its tokens' ids and log-probabilities."""
         messages = self.messages(replace(sample, turns=sample.turns[:-1]))
         extra = {**_TAKE_EVERY_FRAME, "temperature": temperature}
+        if self.cfg.sampled_tokens:
+            extra |= _SAMPLED_TOKENS
         with ThreadPoolExecutor(min(self.workers, len(seeds))) as pool:
             replies = pool.map(
                 lambda seed: self.client.reply(messages, seed=seed, max_tokens=max_new_tokens, extra=extra),

@@ -3,16 +3,19 @@
 The command is a template (``{model}``: the weights directory, ``{port}``), run in its own process group so
 that stopping it stops whatever it spawned (vLLM's engine processes). Its output goes to a log file, which
 a failed start quotes. The server is ready when ``GET /health`` answers 200 (vLLM, SGLang and
-``transformers serve`` all have it).
+``transformers serve`` all have it). On Linux the server is also sent SIGTERM if its launcher dies
+without stopping it (a training killed outright).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +25,8 @@ from pathlib import Path
 
 from core.errors import UserError
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 _LOG_TAIL = 2000  # characters of the server's log quoted when it fails to start
 _STOP_GRACE_S = 15.0
 
@@ -51,13 +56,27 @@ def launched_server(command: str, model: str | Path, log: Path, startup_timeout_
     env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_launcher,
         )
     try:
         _wait_healthy(process, f"http://127.0.0.1:{port}", log, startup_timeout_s)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         stop(process)
+
+
+def _die_with_launcher() -> None:
+    """In the server's process, before it starts: on Linux, be sent SIGTERM when the launcher dies. Its own
+    session spares it the launcher's signals, so a training killed with SIGKILL (an out-of-memory kill, a
+    preempted job) would otherwise leave the server and its accelerator memory behind. Nothing is imported
+    here (the child of a threaded parent must not take locks): ``_PRCTL`` is resolved at import."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _wait_healthy(process: subprocess.Popen, root: str, log: Path, timeout_s: float) -> None:

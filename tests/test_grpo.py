@@ -18,7 +18,7 @@ import torch
 from core.config import ModelConfig
 from core.sample import Part, Sample, Turn
 from models.sampling import Group
-from train.grpo_loss import advantages, grpo_loss
+from train.grpo_loss import advantages, grpo_loss, sampler_correction
 from train.rollouts import Rollout, completion_logps
 
 G = 3  # completions per prompt
@@ -55,11 +55,13 @@ def _rollouts(prompts, completions) -> list[Rollout]:
 
 
 @pytest.mark.parametrize(
-    ("loss_type", "level", "beta"),
-    [("grpo", "token", 0.04), ("dapo", "token", 0.0), ("dr_grpo", "token", 0.04), ("bnpo", "sequence", 0.04),
-     ("dapo", "sequence", 0.0)],
+    ("loss_type", "level", "beta", "sampler"),
+    [("grpo", "token", 0.04, None), ("dapo", "token", 0.0, None), ("dr_grpo", "token", 0.04, None),
+     ("bnpo", "sequence", 0.04, None), ("dapo", "sequence", 0.0, None),
+     # rollouts from a server: TRL's correction for the sampler, with its vLLM path on
+     ("dapo", "token", 0.04, "token_truncate"), ("grpo", "sequence", 0.04, "sequence_mask")],
 )  # fmt: skip
-def test_the_loss_and_its_gradients_are_trls(tiny_checkpoint, tmp_path, loss_type, level, beta):
+def test_the_loss_and_its_gradients_are_trls(tiny_checkpoint, tmp_path, loss_type, level, beta, sampler):
     import datasets
     from trl import GRPOConfig, GRPOTrainer
 
@@ -97,6 +99,13 @@ def test_the_loss_and_its_gradients_are_trls(tiny_checkpoint, tmp_path, loss_typ
         "completion_mask": completion_mask, "advantages": adv, "old_per_token_logps": old,
         "ref_per_token_logps": ref, "num_items_in_batch": completion_mask.sum(),
     }  # fmt: skip
+    weights = None
+    if sampler:  # the sampler's log-probabilities off the scored ones, some ratios beyond the bounds
+        served = (ours.detach() + 0.4 * torch.randn(ours.shape, generator=noise)) * mask
+        weights = sampler_correction(ours.detach(), served, mask, mode=sampler, clip_min=0.5, clip_max=2.0)
+        assert ((weights == 0.5) | (weights == 2.0) | (weights == 0.0)).any(), "the bounds must act"
+        inputs["importance_sampling_ratio"] = weights
+        trainer.use_vllm, trainer.vllm_importance_sampling_correction = True, True
 
     model.zero_grad()
     trl_loss = trainer._compute_loss(model, inputs)
@@ -105,7 +114,7 @@ def test_the_loss_and_its_gradients_are_trls(tiny_checkpoint, tmp_path, loss_typ
     model.zero_grad()
     parts = grpo_loss(
         ours, old, ref, adv, mask, loss_type=loss_type, importance_sampling_level=level, epsilon=epsilon,
-        epsilon_high=epsilon_high, beta=beta, max_completion_length=WIDTH,
+        epsilon_high=epsilon_high, beta=beta, max_completion_length=WIDTH, sampler_weights=weights,
     )  # fmt: skip
     parts.loss.backward()
     assert parts.clipped > 0, "the test must exercise the clip"
@@ -113,6 +122,23 @@ def test_the_loss_and_its_gradients_are_trls(tiny_checkpoint, tmp_path, loss_typ
     for name, grad in trl_grads.items():
         torch.testing.assert_close(dict(model.named_parameters())[name].grad, grad, rtol=1e-5, atol=1e-5)
     assert trl_grads, "gradients must flow"
+
+
+def test_the_sampler_correction_is_trls_truncated_or_masked_importance_sampling():
+    scored = torch.log(torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.9, 0.9]]).clamp(min=1e-9))
+    sampler = torch.log(torch.tensor([[0.25, 0.5, 0.0], [0.8, 0.9, float("nan")]]).clamp(min=1e-9))
+    sampler[1, 2] = float("nan")  # the server gave none for that token: it counts as agreeing
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+
+    def weights(mode, low=None, high=None):
+        return sampler_correction(scored, sampler, mask, mode=mode, clip_min=low, clip_max=high)
+
+    torch.testing.assert_close(weights("token_truncate", high=1.5), torch.tensor([[1.5, 1, 1], [0.25, 1, 1]]))
+    torch.testing.assert_close(weights("token_mask", 0.3, 3.0), torch.tensor([[2.0, 1, 1], [0.0, 1, 1]]))
+    torch.testing.assert_close(weights("sequence_truncate", 0.5), torch.tensor([[2.0], [0.5]]))
+    torch.testing.assert_close(weights("sequence_mask", high=1.5), torch.tensor([[0.0], [0.25]]))
+    with pytest.raises(ValueError, match="unknown"):
+        weights("tokens_truncate")
 
 
 def test_advantages_are_group_relative_as_trls():

@@ -8,6 +8,7 @@ import hashlib
 import json
 import sys
 import textwrap
+import time
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from paths import REPO
 
 from core.config import ServerConfig, VideoTransport
 from core.decoding import MediaSpec
@@ -176,6 +178,58 @@ def test_a_launched_server_is_waited_for_and_stopped(tmp_path):
 
     with pytest.raises(urllib.error.URLError):  # stopped
         urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+
+
+def test_a_launched_server_dies_with_a_launcher_killed_outright(tmp_path):
+    """SIGKILL leaves the launcher no time to stop its server (which has a session of its own): the server
+    still goes, instead of holding its port and memory."""
+    import signal
+    import subprocess
+
+    script = tmp_path / "server.py"
+    script.write_text(_HEALTHY)
+    launcher = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        from eval.server_process import launched_server
+        command = "{sys.executable} {script} {{model}} {{port}} x"
+        with launched_server(command, "m", Path({str(tmp_path / "server.log")!r}), 30):
+            print("up", flush=True)
+            time.sleep(600)
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", launcher], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    assert parent.stdout.readline().strip() == "up"
+    servers = _children(parent.pid)
+    assert servers, "the launcher started no server"
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while any(map(_running, servers)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(map(_running, servers)), "the server outlived its launcher"
+
+
+def _running(pid: int) -> bool:
+    """Whether a process exists and has not exited (a zombie waits only to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _children(pid: int) -> list[int]:
+    """The ids of a process's children (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
 
 
 def test_a_server_that_dies_is_reported_with_its_log(tmp_path):

@@ -6,6 +6,7 @@ a served GRPO run end to end."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +16,7 @@ import torch
 
 from core.config import GrpoConfig, ModelConfig, ServerConfig, VideoTransport, WeightSync
 from core.errors import ConfigError
+from core.text_models import Reply
 from train.served_rollouts import ServedRollouts, check_served_rollouts, save_policy
 
 
@@ -95,6 +97,24 @@ def test_the_policy_is_written_whole_with_its_adapter_merged_and_the_live_weight
     assert (tmp_path / "step-0" / "chat_template.jinja").exists()
 
 
+def test_the_served_weights_sample_from_the_tempered_distribution_alone(tiny_checkpoint, adapter, tmp_path):
+    """Whatever the checkpoint's own sampling settings (here Qwen-VL Instruct's near-greedy ones), the
+    weights handed to a server sample as the loss scores: temperature only, and sampling at all."""
+    from transformers import GenerationConfig
+
+    from train.served_rollouts import plain_sampling
+
+    policy = _lora_policy(tiny_checkpoint)
+    own = policy.get_base_model().generation_config
+    own.update(do_sample=True, temperature=0.01, top_k=1, top_p=0.001, repetition_penalty=1.05)
+    save_policy(policy, adapter.processor, tmp_path / "step-0", plain_sampling(policy))
+    written = GenerationConfig.from_pretrained(tmp_path / "step-0")
+    names = ("do_sample", "temperature", "top_k", "top_p", "repetition_penalty")
+    assert [getattr(written, name) for name in names] == [True, 1.0, 0, 1.0, 1.0]
+    assert written.eos_token_id == own.eos_token_id
+    assert own.top_k == 1  # the policy's own is left as it is
+
+
 def test_a_fully_trained_policy_is_written_as_it_is(tiny_checkpoint, adapter, items, tmp_path):
     from models.loading import load_model
 
@@ -118,15 +138,54 @@ def test_served_rollouts_refuse_what_they_cannot_do(monkeypatch):
         check_served_rollouts(GrpoConfig(server=running, weight_sync=WeightSync.by_path))
 
 
-def test_a_served_completion_is_scored_as_tokens_with_its_end_of_turn(adapter, tmp_path):
+def test_a_served_completion_is_scored_as_the_servers_tokens_or_its_text_tokenized_again(adapter, tmp_path):
     settings = GrpoConfig(server=ServerConfig(command="serve {model} --port {port}"), max_completion_length=4)
     engine = ServedRollouts(settings, adapter, tmp_path)
     tokenizer = adapter.processor.tokenizer
+    eos, nan = tokenizer.eos_token_id, math.nan
     ids = tokenizer("red", add_special_tokens=False)["input_ids"]
-    assert engine._tokens("red", "stop") == ([*ids, tokenizer.eos_token_id], True)
-    assert engine._tokens("red", "length") == (ids, False)
-    long = tokenizer("one two three four five", add_special_tokens=False)["input_ids"]
-    assert engine._tokens("one two three four five", "stop") == (long[:4], False)  # cut: not ended
+    assert _same(_scored(engine, Reply("red", "stop")), ([*ids, eos], True, [nan] * (len(ids) + 1)))
+    assert _same(_scored(engine, Reply("red", "length")), (ids, False, [nan] * len(ids)))
+    # A media placeholder sampled: the completion ends before it, and the rewards read what is kept.
+    word = tokenizer(" red", add_special_tokens=False)["input_ids"]
+    engine._placeholders = {7}
+    assert _same(_scored(engine, Reply("?", "length", [*word, 7, 6], [-1.0] * (len(word) + 2))),
+                 (word, False, [-1.0] * len(word)))  # fmt: skip
+    assert engine.placeholder_cuts == 1
+    assert engine._completion(Reply("? ?", "stop", [*word, 7], [0.0] * (len(word) + 1))).text == " red"
+    # The server's own ids and log-probabilities, as vLLM returns them: never tokenized again.
+    assert _same(
+        _scored(engine, Reply("?", "stop", [5, 6], [-1.0, -2.0])), ([5, 6, eos], True, [-1.0, -2.0, nan])
+    )
+    assert _same(_scored(engine, Reply("?", "stop", [5, eos], [-1.0, -0.5])), ([5, eos], True, [-1.0, -0.5]))
+
+
+def _scored(engine, reply):
+    completion = engine._completion(reply)
+    return completion.ids, completion.ended, completion.logps
+
+
+def _same(got, expected) -> bool:
+    """Token ids, ended and log-probabilities equal, NaN equal to NaN."""
+    (ids, ended, logps), (ids2, ended2, logps2) = got, expected
+    same_logps = len(logps) == len(logps2) and all(
+        (math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(logps, logps2, strict=True)
+    )
+    return ids == ids2 and ended == ended2 and same_logps
+
+
+def test_a_reply_carries_the_sampled_tokens_only_when_the_server_gives_them_as_ids():
+    from core.text_models import _sampled_tokens
+
+    as_ids = {
+        "logprobs": {
+            "content": [{"token": "token_id:7", "logprob": -0.5}, {"token": "token_id:12", "logprob": -1.5}]
+        }
+    }
+    assert _sampled_tokens(as_ids) == ([7, 12], [-0.5, -1.5])
+    as_text = {"logprobs": {"content": [{"token": "red", "logprob": -0.5}]}}
+    assert _sampled_tokens(as_text) == (None, None)  # text tokens: no ids to score
+    assert _sampled_tokens({"logprobs": None}) == _sampled_tokens({}) == (None, None)
 
 
 # -- against a real transformers serve -------------------------------------------------------------------
@@ -221,3 +280,72 @@ def test_served_grpo_under_zero2_on_two_processes(serving, tmp_path):
     assert len(runs.logged(last, "reward")) == runs.MAX_STEPS
     log = (run_dir / "rollout_server.log").read_text()
     assert all(f"step-{step}" in log for step in range(runs.MAX_STEPS))
+
+
+@pytest.mark.slow
+def test_a_servers_own_tokens_are_scored_as_sampled_and_corrected_for(
+    chat_server, preference_after_sft, tiny_checkpoint, tmp_path
+):
+    """A server that returns its sampled tokens as ids with their log-probabilities (scripted: vLLM's
+    reply to ``return_tokens_as_token_ids``, which transformers serve refuses): the loss scores those very
+    ids, corrected by the policy-to-sampler ratio (logged every step); a completion with a media
+    placeholder (a server samples the whole vocabulary) is cut before it and counted, and one spelt out in
+    an interruption's cut answer is left out of the conversation fed back."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    placeholder = AutoConfig.from_pretrained(tiny_checkpoint).video_token_id
+    spelt = AutoTokenizer.from_pretrained(tiny_checkpoint).convert_ids_to_tokens(placeholder)
+
+    def respond(handler, body):
+        if "logprobs" not in body:  # the greedy answer an interruption cuts, a placeholder spelt out in it
+            return 200, _reply({"message": {"content": f"a red{spelt}"}, "finish_reason": "length"})
+        ids = [40 + body["seed"] % 7, 50 + body["seed"] % 3, 60 + body["seed"] % 5]
+        if body["seed"] % 4 == 0:
+            ids[2] = placeholder
+        tokens = [{"token": f"token_id:{i}", "logprob": -4.0} for i in ids]
+        choice = {"message": {"content": "x"}, "finish_reason": "length", "logprobs": {"content": tokens}}
+        return 200, _reply(choice)
+
+    server = chat_server(respond)
+    overrides = [
+        "trainer.logging_steps=1",
+        "stage.method=grpo",
+        "stage.grpo.num_generations=2",
+        "stage.grpo.max_completion_length=3",
+        f"stage.grpo.server.endpoint.base_url={server.url}",
+        "stage.grpo.server.sampled_tokens=true",
+        "stage.grpo.weight_sync=by_path",
+        "stage.grpo.vllm_importance_sampling_mode=token_truncate",
+    ]
+    cfg, _ = preference_after_sft(tmp_path, "served_ids", *overrides)
+    steps = [json.loads(line) for line in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]
+    steps = [s for s in steps if "train/reward" in s]
+    assert len(steps) == cfg.trainer.max_steps
+    assert all(math.isfinite(s["train/loss"]) for s in steps), [s["train/loss"] for s in steps]
+    ratios = [s["train/sampling/importance_sampling_ratio/mean"] for s in steps]
+    assert all(0.0 < r <= 3.0 for r in ratios) and any(r != 1.0 for r in ratios), ratios
+    cut = [s["train/completions/placeholder_cut_ratio"] for s in steps]
+    assert all(0.0 <= c < 1.0 for c in cut) and any(c > 0 for c in cut), cut
+    sampled = [r["body"] for r in server.requests if "logprobs" in r["body"]]
+    assert sampled and all(b["return_tokens_as_token_ids"] for b in sampled)
+    assert {r["body"]["model"].rsplit("/", 1)[-1] for r in server.requests} == {
+        f"step-{n}" for n in range(cfg.trainer.max_steps)
+    }
+
+
+def _reply(choice: dict) -> bytes:
+    return json.dumps({"choices": [{"index": 0, **choice}]}).encode()
+
+
+@pytest.mark.slow
+def test_a_killed_served_grpo_run_resumes_with_equal_losses(serving, tmp_path):
+    """Killed after a checkpoint and resumed, a run rolling out through a server asks it the same seeded
+    requests after handing it the restored weights, and ends as a run never killed (one request at a time:
+    transformers serve seeds its one global generator per request)."""
+    import runs
+
+    served = [*SERVED_GRPO, "stage.grpo.server.endpoint.workers=1"]
+    served += ["stage.grpo.num_generations=4", "stage.grpo.max_completion_length=24"]  # groups that differ
+    runs.check_resume_after_kill(tmp_path, runs.Launch([sys.executable], served, {}))
+    losses = runs.logged(tmp_path / "killed" / "checkpoints" / f"checkpoint-{runs.MAX_STEPS}")
+    assert any(loss != 0.0 for loss in losses), "the sampled groups must carry some signal"

@@ -35,7 +35,7 @@ from eval.judging import make_judge
 from models.chat import VideoChatAdapter
 from models.greedy import GreedyDecoder
 from train.data import TrainingSet
-from train.grpo_loss import advantages, grpo_loss, nanstd
+from train.grpo_loss import advantages, grpo_loss, nanstd, sampler_correction
 from train.judge_reward import judge_rewards
 from train.rewards import applicable, weighted
 from train.rollouts import Rollout, completion_logps, is_interruption, rollout
@@ -153,12 +153,15 @@ class GrpoTrainer(RecipeHooks, Trainer):
         rollouts = self._rollouts(policy, inputs["items"])
         rewards = self._rewards(rollouts)
         adv = advantages(rewards, settings.num_generations, str(settings.scale_rewards))
-        suppressed = GreedyDecoder(policy, self.chat).suppressed
+        # The media placeholders the in-process sampler never picks are kept out of the distribution scored;
+        # a server samples from the whole vocabulary, so its completions are scored on the whole of it.
+        suppressed = None if self.served_rollouts else GreedyDecoder(policy, self.chat).suppressed
         logps, mask = completion_logps(model, rollouts, settings.temperature, suppressed)
         if settings.mask_truncated_completions:
             truncated = torch.tensor([t for r in rollouts for t in r.truncated], device=mask.device)
             mask = mask * (~truncated).unsqueeze(1)
         reference = self._reference_logps(policy, rollouts, suppressed) if settings.beta != 0.0 else None
+        weights = self._sampler_correction(rollouts, logps.detach(), mask)
         tokens = sum(distributed.gather(float(mask.sum()))) / distributed.world_size()
         parts = grpo_loss(
             logps,
@@ -173,6 +176,7 @@ class GrpoTrainer(RecipeHooks, Trainer):
             beta=settings.beta,
             max_completion_length=settings.max_completion_length,
             token_count=tokens,
+            sampler_weights=weights,
         )
         self._record(rollouts, rewards, adv.tied, parts)
         return parts.loss
@@ -206,6 +210,30 @@ class GrpoTrainer(RecipeHooks, Trainer):
         finally:
             policy.train(was_training)
 
+    def _sampler_correction(self, rollouts: list[Rollout], scored: torch.Tensor, mask: torch.Tensor):
+        """TRL's correction for served rollouts (None in process, where the sampler is the policy scored):
+        each completion weighted by its tokens' probability under the policy over the sampler's, as the
+        server returned them (NaN where it returned none: no correction), logged as TRL logs it."""
+        settings = self.grpo
+        if self.served_rollouts is None or not settings.vllm_importance_sampling_correction:
+            return None
+        sampler = torch.full_like(scored, float("nan"))
+        for row, logps in enumerate(lp for r in rollouts for lp in r.group.logps):
+            sampler[row, : len(logps)] = torch.tensor(logps, dtype=scored.dtype)
+        weights = sampler_correction(
+            scored,
+            sampler,
+            mask,
+            mode=str(settings.vllm_importance_sampling_mode),
+            clip_min=settings.vllm_importance_sampling_clip_min,
+            clip_max=settings.vllm_importance_sampling_clip_max,
+        )
+        real = weights.flatten() if weights.shape[1] == 1 else weights[mask.bool()]
+        if real.numel():
+            for name, value in (("min", real.min()), ("mean", real.mean()), ("max", real.max())):
+                self._logged[f"sampling/importance_sampling_ratio/{name}"].append(float(value))
+        return weights
+
     def _rewards(self, rollouts: list[Rollout]) -> torch.Tensor:
         """Each completion's total reward (NaN where none applies), its parts recorded for logging."""
         totals = []
@@ -237,6 +265,9 @@ class GrpoTrainer(RecipeHooks, Trainer):
         truncated = [t for r in rollouts for t in r.truncated]
         logged["completions/mean_length"].append(sum(lengths) / len(lengths))
         logged["completions/clipped_ratio"].append(sum(truncated) / len(truncated))
+        if self.served_rollouts is not None:  # completions cut before a media placeholder the server sampled
+            cuts = self.served_rollouts.placeholder_cuts
+            logged["completions/placeholder_cut_ratio"].append(cuts / len(lengths))
         logged["clip_ratio"].append(parts.clipped)
         if parts.kl is not None:
             logged["kl"].append(parts.kl)

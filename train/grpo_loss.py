@@ -9,6 +9,7 @@ Shapes: ``N`` completions (``N / G`` prompts of ``G`` completions each, a prompt
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -83,6 +84,7 @@ def grpo_loss(
     max_completion_length: int,
     use_bias_correction_kl: bool = True,
     token_count: float | None = None,
+    sampler_weights: torch.Tensor | None = None,
 ) -> LossParts:
     """The GRPO loss of one micro-batch (divided by gradient accumulation by the Trainer, as TRL divides it).
 
@@ -102,6 +104,9 @@ def grpo_loss(
         use_bias_correction_kl: multiply the KL by the importance ratio, so its gradient is the unbiased
             reverse-KL gradient (TRL's default; it changes the gradient even where the ratio is 1).
         token_count: ``dapo``'s normalizer (default: this micro-batch's tokens).
+        sampler_weights: the correction for a sampler that is not the policy scored
+            (:func:`sampler_correction`, ``(N, T)`` or ``(N, 1)``): multiplies each token's policy loss,
+            not its KL (TRL's ``importance_sampling_ratio``).
     """
     mask = mask.to(logps.dtype)
     old_logps = logps.detach() if old_logps is None else old_logps
@@ -118,6 +123,8 @@ def grpo_loss(
     clipped = torch.clamp(ratio, 1 - epsilon, 1 + high)
     advantages = advantages.unsqueeze(1)
     per_token = -torch.min(ratio * advantages, clipped * advantages)
+    if sampler_weights is not None:
+        per_token = per_token * sampler_weights
     kl = None
     if beta != 0.0:
         per_token_kl = torch.exp(ref_logps - logps) - (ref_logps - logps) - 1
@@ -129,6 +136,36 @@ def grpo_loss(
     low_clip = (ratio < 1 - epsilon) & (advantages < 0)
     high_clip = (ratio > 1 + high) & (advantages > 0)
     return LossParts(loss, kl, _share(low_clip, mask), _share(high_clip, mask))
+
+
+def sampler_correction(
+    old_logps: torch.Tensor,
+    sampler_logps: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    mode: str,
+    clip_min: float | None,
+    clip_max: float | None,
+) -> torch.Tensor:
+    """TRL's truncated or masked importance sampling for rollouts from another engine (its
+    ``vllm_importance_sampling_mode``): the ratio of the policy's probability of each sampled token (``old``,
+    as scored) to the sampler's, per token (``token_*``, ``(N, T)``) or per completion (``sequence_*``, the
+    product over its tokens, ``(N, 1)``), clipped to ``[clip_min, clip_max]`` (``*_truncate``) or set to 0
+    outside it (``*_mask``). A token whose sampler log-probability is unknown (NaN) counts as agreeing."""
+    diff = torch.nan_to_num((old_logps - sampler_logps) * mask, nan=0.0)
+    level, _, kind = mode.partition("_")
+    if level == "sequence":
+        diff = diff.sum(-1, keepdim=True)
+    elif level != "token":
+        raise ValueError(f"vllm_importance_sampling_mode: unknown {mode!r}")
+    weights = torch.exp(diff)
+    if kind == "truncate":
+        return torch.clamp(weights, min=clip_min, max=clip_max)
+    if kind == "mask":
+        low = -math.inf if clip_min is None else clip_min
+        high = math.inf if clip_max is None else clip_max
+        return weights.masked_fill((weights < low) | (weights > high), 0.0)
+    raise ValueError(f"vllm_importance_sampling_mode: unknown {mode!r}")
 
 
 def _share(flags: torch.Tensor, mask: torch.Tensor) -> float:

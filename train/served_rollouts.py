@@ -23,22 +23,27 @@ is refused: its weights are partitioned, and no rank holds a whole copy to write
 
 from __future__ import annotations
 
+import copy
+import math
 import shutil
 import zlib
 from contextlib import ExitStack
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+from transformers import GenerationConfig
 
 from core import distributed
 from core.config import GrpoConfig, WeightSync
 from core.errors import ConfigError
 from core.files import atomic_dir
-from core.sample import Sample
+from core.sample import Part, Sample, Turn
+from core.text_models import Reply
 from eval.served import ServedModel
 from eval.server_process import launched_server
 from models.chat import VideoChatAdapter
+from models.greedy import GreedyDecoder
 from models.sampling import Group
 from train.rollouts import Rollout, is_interruption
 
@@ -78,11 +83,16 @@ class ServedRollouts:
         self._served: ServedModel | None = None
         self._server = ExitStack()  # the launched server, if any
         self._base_url: str | None = None
+        self._placeholders: set[int] = set()
+        self.placeholder_cuts = 0
 
     def rollouts(self, policy, items: list[Sample], step: int) -> list[Rollout]:
-        """The items' rollouts at training step ``step`` (the weights are handed over once per step)."""
+        """The items' rollouts at training step ``step`` (the weights are handed over once per step);
+        ``placeholder_cuts`` then counts their completions cut before a media placeholder."""
         if step != self._synced_step:
             self.sync(policy, step)
+        self._placeholders = set(GreedyDecoder(policy, self.chat).suppressed.tolist())
+        self.placeholder_cuts = 0
         return [self._rollout(item, step) for item in items]
 
     def close(self) -> None:
@@ -96,7 +106,7 @@ class ServedRollouts:
         then asks the server they are at)."""
         weights = self.weights_root / f"step-{step}"
         if distributed.is_main():
-            save_policy(policy, self.chat.processor, weights)
+            save_policy(policy, self.chat.processor, weights, plain_sampling(policy))
             self._hand_over(weights)
             for old in self.weights_root.iterdir():  # only the served weights are kept
                 if old != weights:
@@ -134,25 +144,59 @@ class ServedRollouts:
         settings, served = self.settings, self._served
         if is_interruption(item):
             item, answer = served.interrupted(item)
-            item = replace(item, meta={**item.meta, "spoken": answer.content})
+            spoken = self._without_placeholders(answer.content)
+            question, _, interruption, reference = item.turns
+            turns = [question, Turn("assistant", [Part.txt(spoken)]), interruption, reference]
+            item = replace(item, turns=turns, meta={**item.meta, "spoken": spoken})
         seeds = [_seed(step, item.id, k) for k in range(settings.num_generations)]
         replies = served.sampled(item, seeds, settings.temperature, settings.max_completion_length)
         rendered = self.chat.render(item, for_generation=True)
         context = dict(self.chat.batch([rendered], padding_side="left"))
-        tokens, ended = zip(*(self._tokens(r.content, r.finish_reason) for r in replies), strict=True)
-        group = Group(list(tokens), list(ended), [[] for _ in replies])
-        return Rollout(item, {k: v.cpu() for k, v in context.items()}, group, [r.content for r in replies])
+        done = [self._completion(reply) for reply in replies]
+        group = Group([c.ids for c in done], [c.ended for c in done], [c.logps for c in done])
+        return Rollout(item, {k: v.cpu() for k, v in context.items()}, group, [c.text for c in done])
 
-    def _tokens(self, text: str, finish_reason: str | None) -> tuple[list[int], bool]:
-        """A served completion as the token ids the loss scores: its text tokenized again, the end of turn
-        after it where the model ended it (stopping is an action too), at most the length limit."""
+    def _without_placeholders(self, text: str) -> str:
+        """A served answer without media placeholders spelt out (a server that keeps special tokens in its
+        text): fed back, each would be taken for a frame's slot."""
+        for token in self.chat.processor.tokenizer.convert_ids_to_tokens(sorted(self._placeholders)):
+            text = text.replace(token, "")
+        return text
+
+    def _completion(self, reply: Reply) -> Completion:
+        """A served completion as the loss scores it (module docstring): the server's own ids where it
+        returned them, else its text tokenized again (a round trip may give a token more or fewer than the
+        server sampled); the end of turn after it where the model ended it (stopping is an action too); cut
+        before a media placeholder (counted, not ended), its text then the tokens kept (the rewards judge
+        what the loss scores)."""
         tokenizer = self.chat.processor.tokenizer
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        ended = finish_reason == "stop"
-        if ended:
-            ids.append(tokenizer.eos_token_id)
-        limit = self.settings.max_completion_length
-        return (ids[:limit], False) if len(ids) > limit else (ids, ended)
+        ended = reply.finish_reason == "stop"
+        if reply.token_ids is not None:
+            ids, logps = list(reply.token_ids), list(reply.logprobs)
+        else:
+            ids = tokenizer(reply.content, add_special_tokens=False)["input_ids"]
+            logps = [math.nan] * len(ids)
+        if ended and (not ids or ids[-1] != tokenizer.eos_token_id):
+            ids, logps = [*ids, tokenizer.eos_token_id], [*logps, math.nan]
+        # A server samples the whole vocabulary; a media placeholder fed back would be taken for a frame's
+        # slot (the model matches them to the media's features), so the completion ends before it.
+        keep = next((i for i, token in enumerate(ids) if token in self._placeholders), None)
+        if keep is None:
+            return Completion(ids, ended, logps, reply.content)
+        self.placeholder_cuts += 1
+        text = tokenizer.decode(ids[:keep], skip_special_tokens=True)
+        return Completion(ids[:keep], False, logps[:keep], text)
+
+
+@dataclass
+class Completion:
+    """One served completion: the token ids scored, whether it ended its turn, the sampler's log-probability
+    of each (NaN: not given), and the text the rewards read."""
+
+    ids: list[int]
+    ended: bool
+    logps: list[float]
+    text: str
 
 
 def _seed(step: int, item_id: str, index: int) -> int:
@@ -162,11 +206,12 @@ def _seed(step: int, item_id: str, index: int) -> int:
 
 
 @torch.no_grad()
-def save_policy(policy, processor, out: Path) -> None:
+def save_policy(policy, processor, out: Path, generation: GenerationConfig | None = None) -> None:
     """The policy as a whole checkpoint at ``out`` (written atomically): a LoRA adapter's deltas added to
     fresh copies of its base weights, and its ``modules_to_save`` in place of the originals, so the live
     weights are never merged and unmerged in place (which would drift them by rounding); a fully trained
-    model as it is. With the processor and its chat template: what any loader or server takes."""
+    model as it is. With the processor and its chat template: what any loader or server takes; and
+    ``generation`` as its generation config, where given."""
     with atomic_dir(out) as tmp:
         if hasattr(policy, "peft_config"):
             base = policy.get_base_model()
@@ -174,6 +219,18 @@ def save_policy(policy, processor, out: Path) -> None:
         else:
             policy.save_pretrained(tmp)
         processor.save_pretrained(tmp)
+        if generation is not None:
+            generation.save_pretrained(tmp)
+
+
+def plain_sampling(policy) -> GenerationConfig:
+    """The policy's generation config made to sample from the tempered distribution alone, which is what
+    the loss scores: a server applies a checkpoint's own settings to every request that does not override
+    them, and the Qwen-VL Instruct checkpoints ship top_k 1 and top_p 0.001 (near-greedy groups from another
+    distribution), while ``transformers serve`` samples only where ``do_sample`` says so."""
+    config = copy.deepcopy(getattr(policy, "get_base_model", lambda: policy)().generation_config)
+    config.update(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, min_p=None, repetition_penalty=1.0)
+    return config
 
 
 def merged_state_dict(policy) -> dict[str, torch.Tensor]:
