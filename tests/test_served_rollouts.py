@@ -17,7 +17,8 @@ import torch
 from core.config import GrpoConfig, ModelConfig, ServerConfig, VideoTransport, WeightSync
 from core.errors import ConfigError
 from core.text_models import Reply
-from train.served_rollouts import ServedRollouts, check_served_rollouts, save_policy
+from train.policy_weights import save_policy
+from train.served_rollouts import ServedRollouts, check_served_rollouts
 
 
 def _lora_policy(tiny_checkpoint: Path):
@@ -102,7 +103,7 @@ def test_the_served_weights_sample_from_the_tempered_distribution_alone(tiny_che
     weights handed to a server sample as the loss scores: temperature only, and sampling at all."""
     from transformers import GenerationConfig
 
-    from train.served_rollouts import plain_sampling
+    from train.policy_weights import plain_sampling
 
     policy = _lora_policy(tiny_checkpoint)
     own = policy.get_base_model().generation_config

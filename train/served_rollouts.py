@@ -1,9 +1,9 @@
 """GRPO's rollouts through an OpenAI-compatible server (``stage.grpo.server``), instead of in process.
 
-Before each step's rollouts the policy's weights, the LoRA adapter merged, are written as a whole checkpoint
-(:func:`save_policy`) and handed to the server (``stage.grpo.weight_sync``): ``restart`` starts its command
-again on them (any server: vLLM, SGLang, ``transformers serve``), ``by_path`` keeps one server and names the
-new directory in every request (a server that loads the model a request names from its path, as
+Before each step's rollouts the policy is written as a whole checkpoint, the LoRA adapter merged
+(``train.policy_weights``), and handed to the server (``stage.grpo.weight_sync``): ``restart`` starts its
+command again on it (any server: vLLM, SGLang, ``transformers serve``), ``by_path`` keeps one server and
+names the new directory in every request (a server that loads the model a request names from its path, as
 ``transformers serve`` started without a model does). So every step samples from the policy it trains, as
 the in-process loop does (one update per rollout: the old policy is the current one).
 
@@ -11,11 +11,12 @@ The server is asked what the evaluation asks it (``eval.served.ServedModel``: th
 clips): a prompt's G completions as G seeded requests (a server with prefix caching, as vLLM has, encodes
 the prompt once for them); an OVI item in open form through the served simulation, the model's own greedy
 answer cut at the interruption point and sent back as the assistant turn, then G sampled reactions. The
-completions come back as text and are tokenized again for the loss, whose log-probabilities are computed in
-process (``train.rollouts.completion_logps``) on the conversation as the in-process adapter renders it.
-What the served engine changes (its kernels; ``transformers serve``'s own Qwen-VL positions after a video,
-docs/serving.md; a BPE round trip) makes the sampler differ slightly from the policy scored: the rollouts
-are then slightly off policy, which the clipped ratio does not see (its old policy is the one scored).
+loss scores each completion in process (``train.rollouts.completion_logps``) on the conversation as the
+adapter renders it: as the server's own token ids where it returns them (``server.sampled_tokens``, vLLM),
+else as its text tokenized again. What the served engine changes (its kernels; ``transformers serve``'s
+Qwen-VL positions after a video, docs/serving.md; a text round trip) makes the sampler differ slightly from
+the policy scored; with the server's log-probabilities the trainer corrects for it as TRL does
+(``train.grpo_loss.sampler_correction``), without them the rollouts are slightly off policy.
 
 Multi-process: rank 0 writes the weights and runs the server, every rank sends its own items to it. ZeRO-3
 is refused: its weights are partitioned, and no rank holds a whole copy to write.
@@ -23,7 +24,6 @@ is refused: its weights are partitioned, and no rank holds a whole copy to write
 
 from __future__ import annotations
 
-import copy
 import math
 import shutil
 import zlib
@@ -31,13 +31,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import torch
-from transformers import GenerationConfig
-
 from core import distributed
 from core.config import GrpoConfig, WeightSync
 from core.errors import ConfigError
-from core.files import atomic_dir
 from core.sample import Part, Sample, Turn
 from core.text_models import Reply
 from eval.served import ServedModel
@@ -45,6 +41,7 @@ from eval.server_process import launched_server
 from models.chat import VideoChatAdapter
 from models.greedy import GreedyDecoder
 from models.sampling import Group
+from train.policy_weights import plain_sampling, save_policy
 from train.rollouts import Rollout, is_interruption
 
 
@@ -203,51 +200,3 @@ def _seed(step: int, item_id: str, index: int) -> int:
     """A request's seed: the same for the same step, item and completion, so a resumed run asks again what
     it asked (a server that honours seeds, as vLLM does, then samples the same)."""
     return zlib.crc32(f"{step}|{item_id}|{index}".encode())
-
-
-@torch.no_grad()
-def save_policy(policy, processor, out: Path, generation: GenerationConfig | None = None) -> None:
-    """The policy as a whole checkpoint at ``out`` (written atomically): a LoRA adapter's deltas added to
-    fresh copies of its base weights, and its ``modules_to_save`` in place of the originals, so the live
-    weights are never merged and unmerged in place (which would drift them by rounding); a fully trained
-    model as it is. With the processor and its chat template: what any loader or server takes; and
-    ``generation`` as its generation config, where given."""
-    with atomic_dir(out) as tmp:
-        if hasattr(policy, "peft_config"):
-            base = policy.get_base_model()
-            base.save_pretrained(tmp, state_dict=merged_state_dict(policy))
-        else:
-            policy.save_pretrained(tmp)
-        processor.save_pretrained(tmp)
-        if generation is not None:
-            generation.save_pretrained(tmp)
-
-
-def plain_sampling(policy) -> GenerationConfig:
-    """The policy's generation config made to sample from the tempered distribution alone, which is what
-    the loss scores: a server applies a checkpoint's own settings to every request that does not override
-    them, and the Qwen-VL Instruct checkpoints ship top_k 1 and top_p 0.001 (near-greedy groups from another
-    distribution), while ``transformers serve`` samples only where ``do_sample`` says so."""
-    config = copy.deepcopy(getattr(policy, "get_base_model", lambda: policy)().generation_config)
-    config.update(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, min_p=None, repetition_penalty=1.0)
-    return config
-
-
-def merged_state_dict(policy) -> dict[str, torch.Tensor]:
-    """A PEFT model's weights under its base model's own names, the active LoRA adapter merged into copies
-    of the layers it wraps and each ``modules_to_save`` copy standing for its original (on the CPU)."""
-    from peft.tuners.lora import LoraLayer
-
-    adapter = policy.active_adapter
-    merged = {}
-    for name, module in policy.get_base_model().named_modules():
-        if isinstance(module, LoraLayer) and adapter in (*module.lora_A, *module.lora_embedding_A):
-            weight = module.get_base_layer().weight
-            merged[f"{name}.weight"] = (weight + module.get_delta_weight(adapter).to(weight.dtype)).cpu()
-    state = {}
-    for key, value in policy.get_base_model().state_dict().items():
-        if ".lora_" in key or ".original_module." in key:
-            continue
-        key = key.replace(f".modules_to_save.{adapter}.", ".").replace(".base_layer.", ".")
-        state[key] = merged.get(key, value.detach().cpu())
-    return state
