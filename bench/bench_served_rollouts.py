@@ -20,7 +20,6 @@ sampled in process (the prompt's cache shared, ``train.rollouts``) and through t
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -36,7 +35,7 @@ from common import median, print_table, tiny_model_for_inference
 from core.config import GrpoConfig, ServerConfig, VideoTransport, WeightSync
 from core.media import FrameCache
 from models.chat import VideoChatAdapter
-from train.rollouts import completion_logps, rollout
+from train.rollouts import completion_logps, rollout, sampler_logps
 from train.served_rollouts import ServedRollouts
 
 REPEATS = 3  # steps timed per setting
@@ -88,12 +87,8 @@ def sampler_differences(policy, groups) -> list[float]:
     training scores served completions: at the temperature, on the whole vocabulary)."""
     with torch.no_grad():
         ours, mask = completion_logps(policy, groups, 1.0, None)
-    rows = [logps for group in groups for logps in group.group.logps]
-    out = []
-    for row, logps in enumerate(rows):
-        given = [(i, lp) for i, lp in enumerate(logps) if mask[row, i] and not math.isnan(lp)]
-        out += [abs(float(ours[row, i]) - lp) for i, lp in given]
-    return out
+    differences = (ours - sampler_logps(groups, ours)).abs()[mask.bool()]
+    return differences[~differences.isnan()].tolist()
 
 
 def in_process(policy, adapter, items) -> float:

@@ -38,7 +38,7 @@ from train.data import TrainingSet
 from train.grpo_loss import advantages, grpo_loss, nanstd, sampler_correction
 from train.judge_reward import judge_rewards
 from train.rewards import applicable, weighted
-from train.rollouts import Rollout, completion_logps, is_interruption, rollout
+from train.rollouts import Rollout, completion_logps, is_interruption, rollout, sampler_logps
 from train.served_rollouts import ServedRollouts
 from train.stages import Method, sft_arguments, sft_rows
 from train.trainer import RecipeHooks
@@ -108,12 +108,14 @@ def grpo_batches(rows: TrainingSet, chat: VideoChatAdapter):
 def grpo_trainer_kwargs(run: Run, chat: VideoChatAdapter) -> dict[str, Any]:
     settings = run.cfg.stage.grpo
     judge = make_judge(settings.judge, run.dir.path, key="stage.grpo.judge")
-    served = settings.server.enabled and ServedRollouts(settings, chat, run.dir.path / "rollout_weights")
+    served = None
+    if settings.server.enabled:
+        served = ServedRollouts(settings, chat, run.dir.path / "rollout_weights")
     return {
         "grpo": settings,
         "chat": chat,
         "extra_rewards": judge_rewards(judge, settings.judge.metrics),
-        "served_rollouts": served or None,
+        "served_rollouts": served,
     }
 
 
@@ -217,12 +219,9 @@ class GrpoTrainer(RecipeHooks, Trainer):
         settings = self.grpo
         if self.served_rollouts is None or not settings.vllm_importance_sampling_correction:
             return None
-        sampler = torch.full_like(scored, float("nan"))
-        for row, logps in enumerate(lp for r in rollouts for lp in r.group.logps):
-            sampler[row, : len(logps)] = torch.tensor(logps, dtype=scored.dtype)
         weights = sampler_correction(
             scored,
-            sampler,
+            sampler_logps(rollouts, scored),
             mask,
             mode=str(settings.vllm_importance_sampling_mode),
             clip_min=settings.vllm_importance_sampling_clip_min,

@@ -118,6 +118,16 @@ def completion_logps(
     return logps, mask
 
 
+def sampler_logps(rollouts: list[Rollout], like: torch.Tensor) -> torch.Tensor:
+    """Each completion's per-token log-probabilities under the engine that sampled it (``Group.logps``), in
+    the layout of :func:`completion_logps`' output ``like``; NaN where the engine gave none and past a
+    completion's end."""
+    out = torch.full_like(like, float("nan"))
+    for row, logps in enumerate(lp for r in rollouts for lp in r.group.logps):
+        out[row, : len(logps)] = torch.tensor(logps, dtype=like.dtype)
+    return out
+
+
 def _group_logps(
     model, rollout: Rollout, temperature: float, suppressed
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -80,7 +80,7 @@ class ServedRollouts:
         self._served: ServedModel | None = None
         self._server = ExitStack()  # the launched server, if any
         self._base_url: str | None = None
-        self._placeholders: set[int] = set()
+        self._placeholders: set[int] | None = None  # the media placeholders' ids, from the policy's config
         self.placeholder_cuts = 0
 
     def rollouts(self, policy, items: list[Sample], step: int) -> list[Rollout]:
@@ -88,7 +88,8 @@ class ServedRollouts:
         ``placeholder_cuts`` then counts their completions cut before a media placeholder."""
         if step != self._synced_step:
             self.sync(policy, step)
-        self._placeholders = set(GreedyDecoder(policy, self.chat).suppressed.tolist())
+        if self._placeholders is None:  # the model's, which no step changes
+            self._placeholders = set(GreedyDecoder(policy, self.chat).suppressed.tolist())
         self.placeholder_cuts = 0
         return [self._rollout(item, step) for item in items]
 
@@ -156,7 +157,7 @@ class ServedRollouts:
     def _without_placeholders(self, text: str) -> str:
         """A served answer without media placeholders spelt out (a server that keeps special tokens in its
         text): fed back, each would be taken for a frame's slot."""
-        for token in self.chat.processor.tokenizer.convert_ids_to_tokens(sorted(self._placeholders)):
+        for token in self.chat.processor.tokenizer.convert_ids_to_tokens(sorted(self._placeholders or ())):
             text = text.replace(token, "")
         return text
 
@@ -177,7 +178,8 @@ class ServedRollouts:
             ids, logps = [*ids, tokenizer.eos_token_id], [*logps, math.nan]
         # A server samples the whole vocabulary; a media placeholder fed back would be taken for a frame's
         # slot (the model matches them to the media's features), so the completion ends before it.
-        keep = next((i for i, token in enumerate(ids) if token in self._placeholders), None)
+        placeholders = self._placeholders or set()
+        keep = next((i for i, token in enumerate(ids) if token in placeholders), None)
         if keep is None:
             return Completion(ids, ended, logps, reply.content)
         self.placeholder_cuts += 1
