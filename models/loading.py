@@ -74,7 +74,18 @@ def load_model(cfg: ModelConfig, quantization_config=None):
     except OSError as exc:
         raise _not_found(cfg, exc) from None
     use_released_positions(model)  # Qwen-VL: text after a video where the checkpoints learnt it (rope.py)
+    _save_as_loaded(model)
     return model, processor
+
+
+def _save_as_loaded(model) -> None:
+    """Make ``save_pretrained`` write the checkpoint's own key names under ZeRO-3 too: there transformers
+    (5.24) keeps every key conversion its family declares for saving to reverse, not only those the
+    checkpoint's names needed, as it keeps elsewhere; a Qwen-VL checkpoint loaded under ZeRO-3 was then
+    saved as ``model.model.layers.*``, names no loader maps back (the weights would load as random)."""
+    conversions = getattr(model, "_weight_conversions", None)
+    if conversions:
+        model._weight_conversions = [c for c in conversions if c.was_used()]
 
 
 def load_processor(cfg: ModelConfig):

@@ -199,3 +199,18 @@ def test_zero3_offload_steps_with_cpu_adam_and_tower_learning_rates(output_root)
     assert "offload_optimizer" in json.loads((run_dir / "deepspeed.json").read_text())["zero_optimization"]
     assert json.loads((run_dir / "parameters.json").read_text())["partitioned_at_load"]
     _check_tower_learning_rates(output_root, run_dir / "checkpoints" / "checkpoint-2")
+
+
+@pytest.mark.slow
+def test_zero3_full_fine_tuning_saves_the_checkpoints_own_names(output_root):
+    """A model loaded under ZeRO-3 and fully trained is saved under its checkpoint's own key names (as
+    transformers 5.24 did not: ``model.model.layers.*``, which loads as random weights), whole."""
+    from safetensors.torch import load_file
+
+    result = _torchrun(output_root, "zero3_full", "trainer=zero3", "peft=full", "eval.benchmarks=[]")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    saved = load_file(output_root / "zero3_full" / "checkpoints" / "checkpoint-2" / "model.safetensors")
+    base = load_file(output_root / "models" / "tiny-qwen2.5-vl" / "model.safetensors")
+    assert sorted(saved) == sorted(base)
+    assert all(saved[key].shape == base[key].shape for key in base)
+    assert not saved["lm_head.weight"].equal(base["lm_head.weight"]), "trained"

@@ -1,7 +1,8 @@
 """The private hooks of HF's Trainer and TRL's trainers that ``train.trainer.RecipeHooks`` overrides (no
 public hook exists for them: its docstring says why), checked against the installed libraries: when a new
 release renames one, changes its signature or stops calling it, these fail, naming it, instead of the
-recipe silently falling back to the stock behaviour."""
+recipe silently falling back to the stock behaviour. Likewise the one private attribute of a transformers
+model that ``models.loading`` corrects (the key conversions saving reverses)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,13 @@ def test_every_override_of_the_mixin_is_a_public_hook_or_named_here():
         and any(hasattr(base, name) for base in (Trainer, DPOTrainer, KTOTrainer))
     }  # fmt: skip
     assert private == checked
+
+
+def test_saving_still_reverses_the_key_conversions_a_model_keeps_from_its_load():
+    from transformers import core_model_loading
+    from transformers.integrations import deepspeed
+
+    assert '"_weight_conversions"' in inspect.getsource(core_model_loading.revert_weight_conversion)
+    # Under ZeRO-3 the load keeps them all, used or not (what models.loading._save_as_loaded undoes).
+    zero3_load = inspect.getsource(deepspeed._load_state_dict_into_zero3_model)
+    assert "._weight_conversions = weight_mapping" in zero3_load

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -126,17 +127,11 @@ def test_a_fully_trained_policy_is_written_as_it_is(tiny_checkpoint, adapter, it
     torch.testing.assert_close(_logits(written, adapter, item), _logits(model.eval(), adapter, item))
 
 
-def test_served_rollouts_refuse_what_they_cannot_do(monkeypatch):
+def test_served_rollouts_refuse_what_they_cannot_do():
     running = ServerConfig(endpoint=replace(ServerConfig().endpoint, base_url="http://127.0.0.1:1/v1"))
     with pytest.raises(ConfigError, match="weight_sync=by_path"):
         check_served_rollouts(GrpoConfig(server=running, weight_sync=WeightSync.restart))
     check_served_rollouts(GrpoConfig(server=running, weight_sync=WeightSync.by_path))
-
-    import core.distributed
-
-    monkeypatch.setattr(core.distributed, "zero3_enabled", lambda: True)
-    with pytest.raises(ConfigError, match="ZeRO-3"):
-        check_served_rollouts(GrpoConfig(server=running, weight_sync=WeightSync.by_path))
 
 
 def test_a_served_completion_is_scored_as_the_servers_tokens_or_its_text_tokenized_again(adapter, tmp_path):
@@ -269,18 +264,34 @@ def test_a_grpo_run_rolls_out_through_a_server(serving, preference_after_sft, tm
 
 
 @pytest.mark.slow
-def test_served_grpo_under_zero2_on_two_processes(serving, tmp_path):
-    """Two ranks, one server: rank 0 writes each step's weights and hands them over, both ranks roll out
-    through it, and the run trains to its end."""
+@pytest.mark.parametrize("stage", [2, 3])
+def test_served_grpo_under_zero_on_two_processes(serving, tmp_path, stage):
+    """Two ranks, one server: rank 0 writes each step's weights (under ZeRO-3 gathered from both ranks'
+    partitions) and hands them over, both ranks roll out through it, and the run trains to its end. The
+    weights served last are the whole model: the frozen ones equal the base checkpoint's, and the adapted
+    ones carry what training moved."""
     import runs
+    from safetensors.torch import load_file
 
-    launch = runs.Launch(runs.DEEPSPEED_LAUNCH, runs.DEEPSPEED_OVERRIDES + SERVED_GRPO, runs.DEEPSPEED_ENV)
+    overrides = [f"trainer=zero{stage}" if o == "trainer=zero2" else o for o in runs.DEEPSPEED_OVERRIDES]
+    launch = runs.Launch(runs.DEEPSPEED_LAUNCH, overrides + SERVED_GRPO, runs.DEEPSPEED_ENV)
     runs.train(tmp_path, "zero", launch)
     run_dir = tmp_path / "zero"
+    assert json.loads((run_dir / "deepspeed.json").read_text())["zero_optimization"]["stage"] == stage
     last = run_dir / "checkpoints" / f"checkpoint-{runs.MAX_STEPS}"
     assert len(runs.logged(last, "reward")) == runs.MAX_STEPS
     log = (run_dir / "rollout_server.log").read_text()
     assert all(f"step-{step}" in log for step in range(runs.MAX_STEPS))
+
+    served = load_file(run_dir / "rollout_weights" / f"step-{runs.MAX_STEPS - 1}" / "model.safetensors")
+    base = load_file(tmp_path / "models" / "tiny-qwen2.5-vl" / "model.safetensors")  # the run's own
+    assert set(served) == set(base)
+    assert all(served[key].shape == base[key].shape for key in base)
+    moved = {key for key in base if not served[key].equal(base[key])}
+    assert moved, "training moved no served weight"
+    # What the quickstart's LoRA trains: the language model's projections, and its modules_to_save.
+    trained = re.compile(r"model\.layers\..*_proj\.weight|(lm_head|model\.embed_tokens|visual\.merger)\..*")
+    assert all(trained.fullmatch(key) for key in moved), sorted(moved)
 
 
 @pytest.mark.slow

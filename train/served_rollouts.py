@@ -18,8 +18,8 @@ Qwen-VL positions after a video, docs/serving.md; a text round trip) makes the s
 the policy scored; with the server's log-probabilities the trainer corrects for it as TRL does
 (``train.grpo_loss.sampler_correction``), without them the rollouts are slightly off policy.
 
-Multi-process: rank 0 writes the weights and runs the server, every rank sends its own items to it. ZeRO-3
-is refused: its weights are partitioned, and no rank holds a whole copy to write.
+Multi-process: rank 0 writes the weights and runs the server, every rank sends its own items to it. Under
+ZeRO-3 every rank takes part in writing them (each weight gathered whole in turn, ``train.policy_weights``).
 """
 
 from __future__ import annotations
@@ -49,13 +49,8 @@ def check_served_rollouts(settings: GrpoConfig) -> None:
     """Refuse, before any work, what served rollouts cannot do.
 
     Raises:
-        ConfigError: ZeRO-3, or ``weight_sync=restart`` without a command to restart.
+        ConfigError: ``weight_sync=restart`` without a command to restart.
     """
-    if distributed.zero3_enabled():
-        raise ConfigError(
-            "stage.grpo.server: rollouts through a server need the policy's whole weights on rank 0 every "
-            "step, which ZeRO-3 partitions; use ZeRO-2 (trainer.deepspeed=zero2) or roll out in process"
-        )
     if settings.weight_sync is WeightSync.restart and not settings.server.command:
         raise ConfigError(
             "stage.grpo.weight_sync=restart starts stage.grpo.server.command again on each step's weights; "
@@ -100,11 +95,12 @@ class ServedRollouts:
     # -- the weights --------------------------------------------------------------------------------
 
     def sync(self, policy, step: int) -> None:
-        """Write the policy's weights for step ``step`` and hand them to the server (rank 0; every rank
-        then asks the server they are at)."""
+        """Write the policy's weights for step ``step`` and hand them to the server (rank 0, with every
+        rank's help under ZeRO-3; every rank then asks the server they are at)."""
         weights = self.weights_root / f"step-{step}"
-        if distributed.is_main():
+        if distributed.is_main() or distributed.zero3_enabled():
             save_policy(policy, self.chat.processor, weights, plain_sampling(policy))
+        if distributed.is_main():
             self._hand_over(weights)
             for old in self.weights_root.iterdir():  # only the served weights are kept
                 if old != weights:
