@@ -4,14 +4,15 @@ policy's weights to the server costs per step.
 The tiny Qwen2.5-VL with a LoRA adapter (random, non-zero) and trained output layer and embeddings, as the
 quickstart trains it. Per step a served run first writes the policy, merged (``save_policy``), and hands it
 over: ``restart`` starts the server's command again on it, ``by_path`` names the new directory to one server
-that loads it on the first request. Then one group per item kind (a question on a 20 s video, and an OVI
-Correction rolled out through the served simulation), G completions at temperature 1 up to 32 tokens, is
-sampled in process (the prompt's cache shared, ``train.rollouts``) and through the server (G requests).
+that loads it on the first request, ``reload`` (vLLM, ``--reload``) has one server re-read it in place.
+Then one group per item kind (a question on a 20 s video, and an OVI Correction rolled out through the
+served simulation), G completions at temperature 1 up to 32 tokens, is sampled in process (the prompt's
+cache shared, ``train.rollouts``) and through the server (G requests).
 
     python bench/bench_served_rollouts.py                        # transformers serve, on this machine
     # vLLM's CPU build (docs/serving.md: its own venv, a tiny model of head size 32):
     VLLM_CPU_KVCACHE_SPACE=1 python bench/bench_served_rollouts.py --checkpoint outputs/models/tiny-head32 \\
-        --by-path-command "" --video inline --sampled-tokens --command "../vllm-cpu/bin/python -m \\
+        --by-path-command "" --reload --video inline --sampled-tokens --command "../vllm-cpu/bin/python -m \\
         vllm.entrypoints.openai.api_server --model {model} --port {port} --dtype float32 \\
         --max-model-len 4096 --logprobs-mode processed_logprobs \\
         --media-io-kwargs '{\\"video\\": {\\"num_frames\\": -1}}'"
@@ -58,18 +59,26 @@ def lora_policy(checkpoint: str | None):
         model, processor = load_model(ModelConfig(name_or_path=checkpoint))
     config = LoraConfig(r=8, target_modules=["q_proj", "v_proj"], modules_to_save=["lm_head", "embed_tokens"])
     policy = get_peft_model(model, config)
-    with torch.no_grad():
-        for name, param in policy.named_parameters():
-            if "lora_B" in name or "modules_to_save" in name:
-                param.add_(0.02 * torch.randn_like(param))
+    update(policy)
     return policy.eval(), processor
+
+
+@torch.no_grad()
+def update(policy) -> None:
+    """Move the trained weights (a stand-in for an optimizer step)."""
+    for name, param in policy.named_parameters():
+        if "lora_B" in name or "modules_to_save" in name:
+            param.add_(0.02 * torch.randn_like(param))
 
 
 def served_steps(engine: ServedRollouts, policy, items) -> tuple[list[float], list[float], list[float]]:
     """Per timed step: seconds to hand the weights over and to roll out the items' groups, and each token's
-    |log-probability| difference between the server's and ours (where the server returns them)."""
+    |log-probability| difference between the server's and ours (where the server returns them). The policy
+    moves before every step, so the agreement also shows each hand-over took."""
     syncs, rollouts, differences = [], [], []
     for step in range(REPEATS + 1):  # step 0 warms up: the server's first start, the clip files
+        if step:
+            update(policy)
         start = time.perf_counter()
         engine.sync(policy, step)
         middle = time.perf_counter()
@@ -110,6 +119,7 @@ def main() -> None:
     parser.add_argument("--command", default=SERVE, help="the server's command ({model}, {port})")
     by_path_help = "a server that loads the model each request names; empty: skip by_path"
     parser.add_argument("--by-path-command", default=SERVE.replace(" {model}", ""), help=by_path_help)
+    parser.add_argument("--reload", action="store_true", help="also weight_sync=reload (--command is vLLM)")
     parser.add_argument("--video", default="path", choices=["path", "inline"])
     parser.add_argument("--sampled-tokens", action="store_true", help="ask for the sampled ids (vLLM)")
     parser.add_argument("--checkpoint", default=None, help="the model (default: the quickstart's tiny one)")
@@ -126,6 +136,7 @@ def main() -> None:
         rate = f"{completions / local:.1f}"
         rows = [["in process (shared prompt cache)", "-", f"{local:.2f}", rate, "1.00", "-"]]
         ways = {WeightSync.restart: args.command, WeightSync.by_path: args.by_path_command}
+        ways[WeightSync.reload] = args.command if args.reload else ""
         for sync, command in ways.items():
             if not command:
                 continue
@@ -162,9 +173,11 @@ def main() -> None:
             f"a step: a 20 s video question and an OVI Correction item, G={GENERATIONS} each, temperature 1, "
             f"up to {COMPLETION_TOKENS} tokens; 16 frames of 112x112 per span",
             "log-probabilities: of the tokens the server sampled, ours scored at temperature 1 on the whole "
-            "vocabulary (as the training scores served completions), where the server returns them",
-            "hand-over: the merged policy written, then the server restarted on it (restart) or named it in "
-            "the next requests (by_path: the load falls in the rollouts' time)",
+            "vocabulary (as the training scores served completions), where the server returns them; the "
+            "adapter moved before every step (each hand-over is checked by this agreement)",
+            "hand-over: the merged policy written, then the server restarted on it (restart), named it in "
+            "the next requests (by_path: the load falls in the rollouts' time) or re-read it in place "
+            "(reload: paused, reloaded, prefix cache emptied, resumed)",
             "server: " + args.command.replace(sys.executable, "python"),
         ],
     )

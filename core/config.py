@@ -235,6 +235,7 @@ class WeightSync(Choice):
 
     restart = "restart"  # its command is started again on the new weights (any server: vLLM, SGLang, ...)
     by_path = "by_path"  # one server loads the weights directory each request names (transformers serve)
+    reload = "reload"  # one vLLM server re-reads each step's weights in place (train/weight_reload.py)
 
 
 @dataclass
@@ -266,7 +267,7 @@ class GrpoConfig:
     # Rollouts through an OpenAI-compatible server (train/served_rollouts.py), e.g.
     # server@stage.grpo.server=vllm; off (in process) while neither command nor endpoint.base_url is set.
     # Before every step's rollouts the policy's weights (LoRA merged) are written under
-    # <run_dir>/rollout_weights and handed over as weight_sync says.
+    # <run_dir>/rollout_weights and handed over as weight_sync says (restart: any server; reload: vLLM).
     server: ServerConfig = field(default_factory=lambda: ServerConfig())
     weight_sync: WeightSync = WeightSync.restart
     # Where the server returns the sampled tokens' log-probabilities (server.sampled_tokens), TRL's correction

@@ -43,8 +43,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def launched_server(command: str, model: str | Path, log: Path, startup_timeout_s: float) -> Iterator[str]:
-    """Run ``command`` for ``model`` until the block ends; yields the server's ``/v1`` base URL.
+def launched_server(
+    command: str, model: str | Path, log: Path, startup_timeout_s: float, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """Run ``command`` for ``model`` until the block ends (``env``: variables it needs beyond this
+    process's); yields the server's ``/v1`` base URL.
 
     Raises:
         ServerError: the process exited, or /health did not answer within ``startup_timeout_s``.
@@ -53,7 +56,7 @@ def launched_server(command: str, model: str | Path, log: Path, startup_timeout_
     # Plain replacement, not str.format: a command may hold JSON braces (vLLM's --media-io-kwargs).
     argv = shlex.split(command.replace("{model}", shlex.quote(str(model))).replace("{port}", str(port)))
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"), **(env or {})}
     with open(log, "ab") as out:
         process = subprocess.Popen(
             argv,

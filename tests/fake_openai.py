@@ -89,7 +89,8 @@ class ChatServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.loads(raw) if raw else {}  # vLLM's control endpoints take none
         code, payload = self.server.answer(self, body)
         try:
             self.send_response(code)

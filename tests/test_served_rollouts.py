@@ -129,9 +129,112 @@ def test_a_fully_trained_policy_is_written_as_it_is(tiny_checkpoint, adapter, it
 
 def test_served_rollouts_refuse_what_they_cannot_do():
     running = ServerConfig(endpoint=replace(ServerConfig().endpoint, base_url="http://127.0.0.1:1/v1"))
-    with pytest.raises(ConfigError, match="weight_sync=by_path"):
+    with pytest.raises(ConfigError, match="weight_sync=reload"):
         check_served_rollouts(GrpoConfig(server=running, weight_sync=WeightSync.restart))
     check_served_rollouts(GrpoConfig(server=running, weight_sync=WeightSync.by_path))
+    with pytest.raises(ConfigError, match="stage.grpo.server.model"):
+        check_served_rollouts(GrpoConfig(server=running, weight_sync=WeightSync.reload))
+    check_served_rollouts(GrpoConfig(server=replace(running, model="policy"), weight_sync=WeightSync.reload))
+
+
+def _vllm_control(failing: str | None = None, status: int = 500):
+    """A respond function answering vLLM's control endpoints as vLLM 0.32 does, ``failing`` (a path) with
+    ``status`` and an error body."""
+    from fake_openai import error_body
+
+    answers = {"/collective_rpc": {"results": [None]}, "/reset_prefix_cache": {"success": True}}
+
+    def respond(handler, body):
+        path = handler.path.split("?")[0]
+        if path == failing:
+            return status, error_body("Cannot copy out of meta tensor")
+        return 200, json.dumps(answers.get(path, {})).encode()
+
+    return respond
+
+
+def _reloading(base_url: str, model: str | None = "policy") -> GrpoConfig:
+    endpoint = replace(ServerConfig().endpoint, base_url=base_url)
+    return GrpoConfig(server=ServerConfig(endpoint=endpoint, model=model), weight_sync=WeightSync.reload)
+
+
+def test_a_vllm_server_re_reads_each_steps_weights_in_place(chat_server, tiny_checkpoint, adapter, tmp_path):
+    """weight_sync=reload: before each step the engine is paused, re-reads the step's directory, empties its
+    prefix cache (else the old weights' keys and values are reused) and resumes, in that order; requests
+    keep the name the server started under."""
+    server = chat_server(_vllm_control())
+    engine = ServedRollouts(_reloading(server.url), adapter, tmp_path / "rollout_weights")
+    policy = _lora_policy(tiny_checkpoint)
+    for step in range(2):
+        engine.sync(policy, step)
+    weights = [str((tmp_path / "rollout_weights" / f"step-{step}").resolve()) for step in range(2)]
+    calls = [(r["path"], r["body"]) for r in server.requests]
+    assert calls == [
+        call
+        for path in weights
+        for call in (
+            ("/pause?mode=wait", {}),
+            ("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": path}}),
+            ("/reset_prefix_cache", {}),
+            ("/resume", {}),
+        )
+    ]
+    assert engine._served.client.model == "policy"
+    assert [p.name for p in (tmp_path / "rollout_weights").iterdir()] == ["step-1"]
+
+
+@pytest.mark.parametrize(
+    ("failing", "status", "said"),
+    [("/collective_rpc", 500, "meta tensor"), ("/pause", 404, "VLLM_SERVER_DEV_MODE=1")],
+)
+def test_a_failed_reload_stops_with_the_server_left_paused(
+    chat_server, tiny_checkpoint, adapter, tmp_path, failing, status, said
+):
+    """A reload that fails leaves vLLM's weights half replaced: the run stops naming the endpoint and what
+    the server said, and never resumes the engine on them."""
+    from eval.server_process import ServerError
+
+    server = chat_server(_vllm_control(failing, status))
+    engine = ServedRollouts(_reloading(server.url), adapter, tmp_path / "rollout_weights")
+    with pytest.raises(ServerError, match=f"{failing}.* answered {status}.*{said}"):
+        engine.sync(_lora_policy(tiny_checkpoint), 0)
+    assert "/resume" not in [r["path"] for r in server.requests]
+
+
+def test_a_launched_server_to_reload_is_started_once_in_vllms_dev_mode(adapter, tmp_path, monkeypatch):
+    """The launched server serves vLLM's control endpoints (VLLM_SERVER_DEV_MODE=1) and is started once, on
+    the first step's weights, which it then serves without a reload; restart starts it each step, as it is."""
+    from contextlib import contextmanager
+
+    import train.served_rollouts as served_rollouts
+
+    launches, reloads = [], []
+
+    @contextmanager
+    def launched(command, model, log, timeout_s, env=None):
+        launches.append((Path(model).name, env))
+        yield "http://127.0.0.1:1/v1"
+
+    monkeypatch.setattr(served_rollouts, "launched_server", launched)
+    monkeypatch.setattr(
+        served_rollouts, "reload_weights", lambda url, weights, timeout_s: reloads.append(weights.name)
+    )
+    monkeypatch.setattr(
+        served_rollouts, "save_policy", lambda policy, processor, out, generation: out.mkdir(parents=True)
+    )
+    monkeypatch.setattr(served_rollouts, "plain_sampling", lambda policy: None)
+    for sync in (WeightSync.reload, WeightSync.restart):
+        launches.clear()
+        server = ServerConfig(command="vllm serve {model} --port {port}")
+        engine = ServedRollouts(GrpoConfig(server=server, weight_sync=sync), adapter, tmp_path / str(sync))
+        for step in range(3):
+            engine.sync(None, step)
+        engine.close()
+        if sync is WeightSync.reload:
+            assert launches == [("step-0", {"VLLM_SERVER_DEV_MODE": "1"})] and reloads == ["step-1", "step-2"]
+            assert engine._served.client.model == str(tmp_path / "reload" / "step-0")
+        else:
+            assert launches == [(f"step-{step}", None) for step in range(3)]
 
 
 def test_a_served_completion_is_scored_as_the_servers_tokens_or_its_text_tokenized_again(adapter, tmp_path):

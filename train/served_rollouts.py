@@ -4,7 +4,8 @@ Before each step's rollouts the policy is written as a whole checkpoint, the LoR
 (``train.policy_weights``), and handed to the server (``stage.grpo.weight_sync``): ``restart`` starts its
 command again on it (any server: vLLM, SGLang, ``transformers serve``), ``by_path`` keeps one server and
 names the new directory in every request (a server that loads the model a request names from its path, as
-``transformers serve`` started without a model does). So every step samples from the policy it trains, as
+``transformers serve`` started without a model does), ``reload`` keeps one vLLM server and has it re-read
+the new directory in place (``train.weight_reload``). So every step samples from the policy it trains, as
 the in-process loop does (one update per rollout: the old policy is the current one).
 
 The server is asked what the evaluation asks it (``eval.served.ServedModel``: the same messages, frames and
@@ -43,19 +44,27 @@ from models.greedy import GreedyDecoder
 from models.sampling import Group
 from train.policy_weights import plain_sampling, save_policy
 from train.rollouts import Rollout, is_interruption
+from train.weight_reload import DEV_MODE, reload_weights
 
 
 def check_served_rollouts(settings: GrpoConfig) -> None:
     """Refuse, before any work, what served rollouts cannot do.
 
     Raises:
-        ConfigError: ``weight_sync=restart`` without a command to restart.
+        ConfigError: ``weight_sync=restart`` without a command to restart; ``reload`` on a running server
+            without the name it serves the model under.
     """
-    if settings.weight_sync is WeightSync.restart and not settings.server.command:
+    server = settings.server
+    if settings.weight_sync is WeightSync.restart and not server.command:
         raise ConfigError(
             "stage.grpo.weight_sync=restart starts stage.grpo.server.command again on each step's weights; "
             "a server at stage.grpo.server.endpoint.base_url cannot be restarted: give the command, or "
-            "weight_sync=by_path for a server that loads the directory each request names"
+            "weight_sync=reload (vLLM) or by_path for a server that loads the directory each request names"
+        )
+    if settings.weight_sync is WeightSync.reload and not server.command and not server.model:
+        raise ConfigError(
+            "stage.grpo.weight_sync=reload on the server at stage.grpo.server.endpoint.base_url: give "
+            "stage.grpo.server.model, the name it serves the model under (a reload keeps it)"
         )
 
 
@@ -75,6 +84,7 @@ class ServedRollouts:
         self._served: ServedModel | None = None
         self._server = ExitStack()  # the launched server, if any
         self._base_url: str | None = None
+        self._launched: Path | None = None  # the weights the running server was started on
         self._placeholders: set[int] | None = None  # the media placeholders' ids, from the policy's config
         self.placeholder_cuts = 0
 
@@ -112,25 +122,35 @@ class ServedRollouts:
         distributed.barrier()
 
     def _hand_over(self, weights: Path) -> None:
-        server = self.settings.server
-        if self.settings.weight_sync is WeightSync.by_path:
-            if self._base_url is None:
-                self._base_url = self._launch(weights) if server.command else server.endpoint.base_url
+        server, sync = self.settings.server, self.settings.weight_sync
+        if sync is WeightSync.restart:
+            self._server.close()
+            self._base_url = self._launch(weights)
             return
-        self._server.close()
-        self._base_url = self._launch(weights)
+        if self._base_url is None:  # by_path, reload: one server for the run
+            if server.command:
+                self._base_url = self._launch(weights)
+                return  # started on these weights
+            self._base_url = server.endpoint.base_url
+        if sync is WeightSync.reload:
+            reload_weights(self._base_url, weights, server.startup_timeout_s)
 
     def _launch(self, weights: Path) -> str:
         server = self.settings.server
         log = self.weights_root.parent / "rollout_server.log"
-        return self._server.enter_context(
-            launched_server(server.command, weights, log, server.startup_timeout_s)
+        env = DEV_MODE if self.settings.weight_sync is WeightSync.reload else None
+        url = self._server.enter_context(
+            launched_server(server.command, weights, log, server.startup_timeout_s, env)
         )
+        self._launched = weights
+        return url
 
     def _served_name(self, weights: Path) -> str:
+        """The model's name in requests: the directory itself for ``by_path``; else the name the server
+        was started under (a reload keeps it), its weights' directory unless ``server.model`` says."""
         if self.settings.weight_sync is WeightSync.by_path:
             return str(weights.resolve())
-        return self.settings.server.model or str(weights)
+        return self.settings.server.model or str(self._launched)
 
     # -- one prompt's group ----------------------------------------------------------------------------
 
