@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from core.files import write_text_atomic
-from core.rundir import RunDir
+from core.rundir import BASELINE, RunDir
 from eval.benchmarks import BENCHMARKS
 from eval.rubrics import METRICS as JUDGED_METRICS
 from eval.summary import is_graded
-from eval.summary_schema import BASELINE_NAME, reference_name
+from eval.summary_schema import reference_name
 
 # Top-level summary keys rendered elsewhere than in the settings list.
 _STRUCTURAL_KEYS = (
@@ -77,7 +77,7 @@ def write_report(summary: dict[str, Any], run_dir: RunDir) -> tuple[Path, Path]:
 
 def _reference_header(summary: dict[str, Any]) -> str:
     name = reference_name(summary)
-    return "Baseline" if name == BASELINE_NAME and "reference" not in summary else name
+    return "Baseline" if name == BASELINE and "reference" not in summary else name
 
 
 def _checkpoint_line(summary: dict[str, Any]) -> str:
@@ -90,7 +90,7 @@ def _checkpoint_line(summary: dict[str, Any]) -> str:
             f"{reference} (reference) vs {others}: every Δ is the second model minus the "
             "reference, over the items both scored."
         )
-    if reference != BASELINE_NAME:  # a standalone evaluation: no untuned model in this run
+    if reference != BASELINE:  # a standalone evaluation: no untuned model in this run
         if not checkpoints:
             return (
                 f"One model evaluated: {reference}. Deltas need a second run: `python -m eval compare "

@@ -24,11 +24,11 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from core.rundir import BASELINE
 from eval.benchmarks import BENCHMARKS
 from eval.benchmarks.base import Benchmark
 from eval.stats import mcnemar_p, paired_bootstrap
 from eval.summary_schema import (
-    BASELINE_NAME,
     BenchmarkEntry,
     Comparison,
     Counts,
@@ -123,7 +123,7 @@ def build_summary(
     n_resamples: int = 2000,
     seed: int = 0,
     benchmarks: Mapping[str, Benchmark] | None = None,
-    baseline_name: str = BASELINE_NAME,
+    baseline_name: str = BASELINE,
 ) -> dict[str, Any]:
     """The content of ``summary.json``: every checkpoint's metrics next to the baseline's.
 

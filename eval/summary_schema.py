@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import DataError
+from core.rundir import BASELINE
 
 
 def _doc(text: str, default: Any = dataclasses.MISSING, **kwargs) -> Any:
@@ -121,13 +122,10 @@ class Summary:
     )
 
 
-BASELINE_NAME = "baseline"  # the reference's name in a training run: the untuned model
-
-
 def reference_name(summary: dict[str, Any]) -> str:
     """The model every delta of a summary (its JSON form) is measured against: a training run's untuned
     ``baseline``, a standalone run's model, or the first of two runs compared (``python -m eval compare``)."""
-    return summary.get("reference") or summary.get("baseline", {}).get("name", BASELINE_NAME)
+    return summary.get("reference") or summary.get("baseline", {}).get("name", BASELINE)
 
 
 def to_json(value: Any) -> Any:
