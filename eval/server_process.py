@@ -56,13 +56,13 @@ def launched_server(
     # Plain replacement, not str.format: a command may hold JSON braces (vLLM's --media-io-kwargs).
     argv = shlex.split(command.replace("{model}", shlex.quote(str(model))).replace("{port}", str(port)))
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"), **(env or {})}
+    environment = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"), **(env or {})}
     with open(log, "ab") as out:
         process = subprocess.Popen(
             argv,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=env,
+            env=environment,
             start_new_session=True,
             preexec_fn=_die_with_launcher,
         )

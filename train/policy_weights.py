@@ -25,9 +25,8 @@ def save_policy(policy, processor, out: Path, generation: GenerationConfig | Non
     state = policy_state_dict(policy)
     if not distributed.is_main():
         return
-    model = policy.get_base_model() if hasattr(policy, "peft_config") else policy
     with atomic_dir(out) as tmp:
-        model.save_pretrained(tmp, state_dict=state)
+        _base_model(policy).save_pretrained(tmp, state_dict=state)
         processor.save_pretrained(tmp)
         if generation is not None:
             generation.save_pretrained(tmp)
@@ -38,7 +37,7 @@ def plain_sampling(policy) -> GenerationConfig:
     the loss scores: a server applies a checkpoint's own settings to every request that does not override
     them, and the Qwen-VL Instruct checkpoints ship top_k 1 and top_p 0.001 (near-greedy groups from another
     distribution), while ``transformers serve`` samples only where ``do_sample`` says so."""
-    config = copy.deepcopy(getattr(policy, "get_base_model", lambda: policy)().generation_config)
+    config = copy.deepcopy(_base_model(policy).generation_config)
     config.update(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, min_p=None, repetition_penalty=1.0)
     return config
 
@@ -54,20 +53,16 @@ def policy_state_dict(policy) -> dict[str, torch.Tensor]:
     part; only rank 0 keeps the copies, the others get an empty dict), so no rank ever holds the whole
     model twice.
     """
-    peft = hasattr(policy, "peft_config")
-    model = policy.get_base_model() if peft else policy
+    model = _base_model(policy)
+    adapter = policy.active_adapter if hasattr(policy, "peft_config") else None
     keep = distributed.is_main() or not distributed.zero3_enabled()
-    merged = _merged_lora_weights(model, policy.active_adapter, keep) if peft else {}
+    merged = _merged_lora_weights(model, adapter, keep) if adapter else {}
     parameters = dict(model.named_parameters(remove_duplicate=False))  # tied weights under each name
     state = {}
     for key, value in model.state_dict().items():  # under ZeRO-3 a parameter's value here is a stub
         if ".lora_" in key or ".original_module." in key:
             continue
-        if peft:
-            key_in_base = key.replace(f".modules_to_save.{policy.active_adapter}.", ".")
-            key_in_base = key_in_base.replace(".base_layer.", ".")
-        else:
-            key_in_base = key
+        key_in_base = _name_in_base(key, adapter)
         if key_in_base in merged:
             state[key_in_base] = merged[key_in_base]
             continue
@@ -76,6 +71,19 @@ def policy_state_dict(policy) -> dict[str, torch.Tensor]:
             if keep:
                 state[key_in_base] = tensor.detach().to("cpu", copy=True)
     return state if keep else {}
+
+
+def _base_model(policy):
+    """The model a PEFT policy wraps; a fully trained one itself."""
+    return policy.get_base_model() if hasattr(policy, "peft_config") else policy
+
+
+def _name_in_base(key: str, adapter: str | None) -> str:
+    """A PEFT model's state key as its base model names the weight (a ``modules_to_save`` copy's
+    original, a LoRA layer's base weight); without an adapter, the key itself."""
+    if adapter is None:
+        return key
+    return key.replace(f".modules_to_save.{adapter}.", ".").replace(".base_layer.", ".")
 
 
 def _merged_lora_weights(model, adapter: str, keep: bool) -> dict[str, torch.Tensor | None]:

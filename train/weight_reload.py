@@ -7,9 +7,8 @@ cache is emptied (else a prompt's keys and values computed by the old weights ar
 assumed), and it resumes. Only weights are re-read: the architecture, tokenizer and generation defaults stay
 those the server started with, and the name requests give the model stays the one it started under.
 
-On this CPU the hand-over of the tiny model takes 0.08 s against a restart's 55 s; a 936 MB checkpoint
-reloads in 1.3 s (docs/results/2026-12-03-grpo.md). The directory must be readable by the server: the same
-machine, or a file system both see.
+What it costs against a restart: ``bench/bench_served_rollouts.py --reload`` (docs/results, 2026-12-03).
+The directory must be readable by the server: the same machine, or a file system both see.
 """
 
 from __future__ import annotations
