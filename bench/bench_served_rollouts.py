@@ -39,7 +39,6 @@ from models.chat import VideoChatAdapter
 from train.rollouts import completion_logps, rollout, sampler_logps
 from train.served_rollouts import ServedRollouts
 
-REPEATS = 3  # steps timed per setting
 GENERATIONS = 8
 SERVE = f"{sys.executable} -m transformers.cli.transformers serve {{model}} --device cpu --host 127.0.0.1 "
 SERVE += "--port {port}"
@@ -71,12 +70,14 @@ def update(policy) -> None:
             param.add_(0.02 * torch.randn_like(param))
 
 
-def served_steps(engine: ServedRollouts, policy, items) -> tuple[list[float], list[float], list[float]]:
+def served_steps(
+    engine: ServedRollouts, policy, items, steps: int
+) -> tuple[list[float], list[float], list[float]]:
     """Per timed step: seconds to hand the weights over and to roll out the items' groups, and each token's
     |log-probability| difference between the server's and ours (where the server returns them). The policy
     moves before every step, so the agreement also shows each hand-over took."""
     syncs, rollouts, differences = [], [], []
-    for step in range(REPEATS + 1):  # step 0 warms up: the server's first start, the clip files
+    for step in range(steps + 1):  # step 0 warms up: the server's first start, the clip files
         if step:
             update(policy)
         start = time.perf_counter()
@@ -100,10 +101,10 @@ def sampler_differences(policy, groups) -> list[float]:
     return differences[~differences.isnan()].tolist()
 
 
-def in_process(policy, adapter, items) -> float:
+def in_process(policy, adapter, items, steps: int) -> float:
     """Median seconds to roll out the items' groups in process."""
     times = []
-    for repeat in range(REPEATS + 1):
+    for repeat in range(steps + 1):
         start = time.perf_counter()
         for item in items:
             rollout(
@@ -123,6 +124,7 @@ def main() -> None:
     parser.add_argument("--video", default="path", choices=["path", "inline"])
     parser.add_argument("--sampled-tokens", action="store_true", help="ask for the sampled ids (vLLM)")
     parser.add_argument("--checkpoint", default=None, help="the model (default: the quickstart's tiny one)")
+    parser.add_argument("--steps", type=int, default=3, help="steps timed per setting, after one to warm up")
     args = parser.parse_args()
     os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")  # the server is on this machine
 
@@ -132,7 +134,7 @@ def main() -> None:
         adapter = VideoChatAdapter(processor, MEDIA, FrameCache(Path(tmp) / "frames"))
         ovi = ovi_item(Path(tmp))
         items = [video_question(ovi), ovi]
-        local = in_process(policy, adapter, items)
+        local = in_process(policy, adapter, items, args.steps)
         rate = f"{completions / local:.1f}"
         rows = [["in process (shared prompt cache)", "-", f"{local:.2f}", rate, "1.00", "-"]]
         ways = {WeightSync.restart: args.command, WeightSync.by_path: args.by_path_command}
@@ -146,7 +148,7 @@ def main() -> None:
             settings.max_completion_length = COMPLETION_TOKENS
             engine = ServedRollouts(settings, adapter, Path(tmp) / f"weights-{sync}")
             try:
-                syncs, times, differences = served_steps(engine, policy, items)
+                syncs, times, differences = served_steps(engine, policy, items, args.steps)
             finally:
                 engine.close()
             seconds = median(times)
@@ -159,7 +161,7 @@ def main() -> None:
                          f"{completions / seconds:.1f}", f"{local / seconds:.2f}", agreement])  # fmt: skip
     print_table(
         f"GRPO rollouts, tiny Qwen2.5-VL with LoRA: one step's weight hand-over and rollouts, median of "
-        f"{REPEATS} steps",
+        f"{args.steps} steps",
         [
             "rollouts",
             "weights handed over, s",
