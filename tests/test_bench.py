@@ -1,7 +1,7 @@
 """The GPU benchmarks' code paths (the LoRA step, packing), on tiny sizes on the CPU (``--cpu-smoke``): CI
 has no GPU, so this is what keeps the scripts that a lent GPU will run from rotting. Their figures are not
 checked: on the CPU they mean nothing. The GRPO rollout benchmarks (in process, and through a real
-``transformers serve``) run whole (seconds); their tables are checked for their rows."""
+``transformers serve``, timing one step) run whole; their tables are checked for their rows."""
 
 from __future__ import annotations
 
