@@ -31,12 +31,15 @@ so too. A sample whose loss is elsewhere, whose turns do not alternate user/assi
 already contains a placeholder is left out and listed in ``export_info.json`` with the reason.
 
 Paths. LLaMA-Factory resolves a relative media path against ``dataset_dir``, so its export names its
-own clips relative to the export folder (the folder can be moved); ms-swift resolves them against the
-working directory only, so its export names every path absolutely. Whole-file media stay absolute.
+own clips relative to the export folder (the folder can be moved; ``dataset_dir`` then names where it
+is); ms-swift resolves them against the working directory only, so its export names every path
+absolutely, and a moved swift export is exported again (``ROOT_IMAGE_DIR`` is only prefixed to relative
+paths). Whole-file media stay absolute.
 
-System turn. The export writes the system turn of ``family``'s chat format (Qwen3-VL and InternVL have
-none), unless ``system`` gives another. ``<out>/README.md`` gives each tool's media settings closest to the
-frames our training takes (``media``) and says what they cannot reproduce.
+System turn and template. The export writes the system turn of ``family``'s chat format (Qwen3-VL and
+InternVL have none), unless ``system`` gives another; ``<out>/README.md`` names the tool's template that
+renders that family's prompt as ours (:data:`TOOL_TEMPLATES`), gives each tool's media settings closest to
+the frames our training takes (``media``) and says what they cannot reproduce.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from core.config import SYSTEM_PROMPTS
+from core.config import SYSTEM_PROMPTS, Family
 from core.decoding import MediaSpec
 from core.errors import ConfigError, DataError, DecodeError
 from core.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
@@ -59,6 +62,29 @@ from data_builders.cli_config import FAMILY_SYSTEM, ExportBuild, ExportFormat
 EXPORT_FORMATS = tuple(fmt.value for fmt in ExportFormat)
 PLACEHOLDERS = {"video": "<video>", "image": "<image>"}
 EXPORT_INFO_FILE = "export_info.json"
+
+# Each tool's chat template that renders a family's prompt token for token as ours, checked by training on
+# our exports with the real tools (shared research/exports-verified-2026-12d.md; Qwen2-VL shares
+# Qwen2.5-VL's chat format). LLaMA-Factory's plain ``qwen3_vl`` adds an empty think block before every
+# trained answer. Families missing here were not checked.
+TOOL_TEMPLATES: dict[str, dict[str, str]] = {
+    "llamafactory": {
+        Family.qwen2_vl: "qwen2_vl",
+        Family.qwen2_5_vl: "qwen2_vl",
+        Family.qwen3_vl: "qwen3_vl_nothink",
+    },
+    "swift": {Family.qwen2_vl: "qwen2_vl", Family.qwen2_5_vl: "qwen2_5_vl", Family.qwen3_vl: "qwen3_vl"},
+}
+# What the checked tool versions get wrong with a family's template (the same research, T2 and T4).
+_LF_QWEN3_VL = (
+    "Not `qwen3_vl`: it adds an empty think block before every trained answer. LLaMA-Factory 0.9.5 stops "
+    "with an IndexError on Qwen3-VL rows of more than one video."
+)
+_SWIFT_QWEN3_VL = (
+    "ms-swift 4.6 with transformers 5.19 or later nests the vision markers inside each video block (a tool "
+    "issue); the other tokens are ours."
+)
+_TOOL_CAVEATS = {("llamafactory", Family.qwen3_vl): _LF_QWEN3_VL, ("swift", Family.qwen3_vl): _SWIFT_QWEN3_VL}
 
 
 @dataclass
@@ -294,14 +320,30 @@ def _swift_record(row: dict[str, Any], used: list[str], pairs: bool) -> dict[str
     return {"id": row["id"], "messages": row["messages"], **rejected, **{kind: row[kind] for kind in used}}
 
 
-def _how_to_train(fmt: str, out_dir: Path, name: str, path: Path, pairs: bool) -> str:
-    """The settings README.md gives for training on the export."""
+def _how_to_train(fmt: str, out_dir: Path, name: str, path: Path, pairs: bool, family: str) -> str:
+    """The settings README.md gives for training on the export (the template where one was checked)."""
+    template = TOOL_TEMPLATES[fmt].get(family)
     if fmt == "llamafactory":
         stage = "stage: dpo" if pairs else "mask_history: true  # loss on the last turn only"
-        return f"dataset_dir: {out_dir.resolve()}\ndataset: {name}\n{stage}"
+        lines = [f"dataset_dir: {out_dir.resolve()}  # this folder: its path now, if it has moved"]
+        lines += [f"dataset: {name}", *([f"template: {template}"] if template else []), stage]
+        return "\n".join(lines)
+    flag = f" --template {template}" if template else ""
     if pairs:
-        return f"swift rlhf --rlhf_type dpo --dataset {path.resolve()}"
-    return f"--dataset {path.resolve()} --loss_scale last_round  # loss on the last turn only"
+        return f"swift rlhf --rlhf_type dpo --dataset {path.resolve()}{flag}"
+    return f"--dataset {path.resolve()}{flag} --loss_scale last_round  # loss on the last turn only"
+
+
+def template_note(fmt: str, family: str) -> str:
+    """The README sentence on the tool's chat template for ``family`` (:data:`TOOL_TEMPLATES`)."""
+    template = TOOL_TEMPLATES[fmt].get(family)
+    if template is None:
+        return (
+            f"No template of this tool was checked against the {family} prompt: use the one for the "
+            "checkpoint's own chat format and compare a row it renders with ours."
+        )
+    note = f"Template `{template}`: it renders the {family} prompt this export was written for as ours."
+    return " ".join([note, *([_TOOL_CAVEATS[fmt, family]] if (fmt, family) in _TOOL_CAVEATS else [])])
 
 
 def _write_info(
@@ -326,7 +368,8 @@ def _write_info(
         f"{len(result.skipped)} left out (see {EXPORT_INFO_FILE}).\n\n"
         "Video spans that are not a whole file are trimmed clips under clips/ (at least 2 frames each).\n"
         f"{_PATHS[fmt]}\n\n"
-        f"```\n{_how_to_train(fmt, out_dir, name, result.path, pairs)}\n```\n\n"
+        f"```\n{_how_to_train(fmt, out_dir, name, result.path, pairs, str(cfg.family))}\n```\n\n"
+        f"{template_note(fmt, str(cfg.family))}\n\n"
         f"{media_settings(fmt, cfg.media, cfg.clip_fps)}\n"
     )
     write_text_atomic(out_dir / "README.md", readme)
@@ -334,9 +377,13 @@ def _write_info(
 
 _PATHS = {
     "llamafactory": "Clip paths are relative to this folder (LLaMA-Factory resolves them against "
-    "dataset_dir), so the folder can be moved; whole-file media keep their absolute paths.",
-    "swift": "Media paths are absolute: ms-swift resolves a relative path against the working directory or "
-    "ROOT_IMAGE_DIR only, so after moving this folder export it again (or set ROOT_IMAGE_DIR).",
+    "dataset_dir), so the folder can be moved: then set dataset_dir to its new path. Whole-file media keep "
+    "their absolute paths.",
+    # ms-swift joins ROOT_IMAGE_DIR before a path, and joining before an absolute path leaves it as it is:
+    # after a move the clips are not found and, unless --strict, training swaps those rows for others.
+    "swift": "Media paths are absolute (ms-swift resolves a relative path against the working directory), "
+    "so after moving this folder export it again; ROOT_IMAGE_DIR does not help, as ms-swift prefixes it "
+    "to relative paths only.",
 }
 
 

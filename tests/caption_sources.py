@@ -127,15 +127,23 @@ def realistic_activitynet_video(rng: np.random.Generator, n_captions: int) -> di
     return {"duration": duration, "timestamps": stamps, "sentences": _sentences(rng, subject, n_captions)}
 
 
-def realistic_activitynet(n_videos: int, n_captions: int, seed: int = 0, bad_ends: int = 0) -> dict:
+def realistic_activitynet(
+    n_videos: int, n_captions: int, seed: int = 0, bad_ends: int = 0, rounding_ends: int = 0
+) -> dict:
     """An ActivityNet-Captions ``train.json``: ``n_videos`` entries, ``n_captions`` captions in all (2 or
     more a video, 3.7 on average at the real file's ratio); the last segment of ``bad_ends`` videos ends
-    a second or more past the video (a real annotation error, not float noise)."""
+    a second or more past the video (a real annotation error, not float noise), and that of the next
+    ``rounding_ends`` videos one 0.01 s step past a float-noisy duration (``148.84`` for
+    ``148.82999999999998``: the file's rounding, a segment to keep)."""
     rng = np.random.default_rng(seed)
     counts = 2 + rng.multinomial(n_captions - 2 * n_videos, [1 / n_videos] * n_videos)
     videos = {f"v_{i:011d}": realistic_activitynet_video(rng, int(k)) for i, k in enumerate(counts)}
     for key in list(videos)[:bad_ends]:
         videos[key]["timestamps"][-1][1] = round(videos[key]["duration"] + 1.5, 2)
+    for key in list(videos)[bad_ends : bad_ends + rounding_ends]:
+        rounded = round(videos[key]["duration"], 2)
+        videos[key]["duration"] = float(np.nextafter(rounded, 0.0))
+        videos[key]["timestamps"][-1][1] = round(rounded + 0.01, 2)
     return videos
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -173,6 +174,34 @@ def test_an_export_folder_moved_still_finds_its_media_in_llamafactory(hf_dir: Pa
     assert all(Path(p).is_absolute() for row in rows for p in row["videos"])  # swift: the working dir
     readme = (tmp_path / "sw" / "README.md").read_text()
     assert "ROOT_IMAGE_DIR" in readme and "FPS_MAX_FRAMES=8" in readme and "Not reproduced" in readme
+
+
+def test_the_readmes_say_how_to_train_after_a_move_and_with_which_template(hf_dir: Path, tmp_path: Path):
+    """The swift README suggested ROOT_IMAGE_DIR after a move, which ms-swift only prefixes to relative
+    paths (os.path.join keeps an absolute one): 36 of 44 rows then failed. The LLaMA-Factory README's
+    dataset_dir kept the old path after a move; neither named a template, and LLaMA-Factory's `qwen3_vl`
+    adds an empty think block to every trained answer (shared research/exports-verified-2026-12d.md)."""
+    from core.config import Family
+
+    _export(hf_dir, tmp_path / "sw", "swift", name="d")
+    (tmp_path / "sw").rename(tmp_path / "moved")
+    rows = [json.loads(line) for line in (tmp_path / "moved" / "d.jsonl").read_text().splitlines()]
+    clips = [p for row in rows for p in row["videos"] if "clips" in Path(p).parts]
+    assert clips and not any(Path(os.path.join(tmp_path / "moved", p)).exists() for p in clips)
+    readme = (tmp_path / "moved" / "README.md").read_text()
+    assert "export it again" in readme and "(or set ROOT_IMAGE_DIR)" not in readme
+    assert "ROOT_IMAGE_DIR does not help" in readme and "--template qwen2_5_vl" in readme
+
+    _export(hf_dir, tmp_path / "lf", "llamafactory", family=Family.qwen3_vl)
+    readme = (tmp_path / "lf" / "README.md").read_text()
+    dataset_dir = next(line for line in readme.splitlines() if line.startswith("dataset_dir: "))
+    assert dataset_dir.endswith("# this folder: its path now, if it has moved")
+    assert "then set dataset_dir to its new path" in readme
+    assert "\ntemplate: qwen3_vl_nothink\n" in readme and "Not `qwen3_vl`: it adds an empty think" in readme
+
+    _export(hf_dir, tmp_path / "iv", "swift", family=Family.internvl)
+    readme = (tmp_path / "iv" / "README.md").read_text()
+    assert "--template" not in readme and "No template of this tool was checked" in readme
 
 
 @pytest.mark.parametrize(

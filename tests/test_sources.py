@@ -27,7 +27,7 @@ from data_builders.sources import (
     load_youcook2,
     read_source,
 )
-from data_builders.sources.captions import segment_problem, within_video
+from data_builders.sources.captions import annotation_step, segment_problem, within_video
 
 
 def _video(path: Path, frames: int, fps: float) -> Path:
@@ -546,6 +546,31 @@ def test_an_end_past_the_duration_within_the_files_rounding_is_the_videos_end(tm
     assert "Segment ends moved onto the video's end: 1 " in stats and "Questions: templates" in stats
 
 
+def test_a_duration_written_with_float_noise_has_the_precision_of_its_rounded_form(tmp_path: Path):
+    """The real ActivityNet Captions file writes some durations with float noise; ends one 0.01 s step past
+    them (120 for 119.99000000000001, 148.84 for 148.82999999999998) were refused as beyond the duration,
+    the noise read as a 1e-14 precision. They are the file's rounding; two steps past, empty and reversed
+    segments stay quarantined."""
+    anet = {
+        "v_up": {"duration": 119.99000000000001, "timestamps": [[80.0, 120]], "sentences": ["a man waves"]},
+        "v_down": {
+            "duration": 148.82999999999998,
+            "timestamps": [[100.0, 148.84], [140.0, 148.85], [148.84, 148.84], [30.0, 20.0]],
+            "sentences": ["a man sits", "two steps past", "empty", "reversed"],
+        },
+    }
+    (tmp_path / "anet.json").write_text(json.dumps(anet))
+    videos, quarantined = load_activitynet_captions(tmp_path / "anet.json")
+    kept = {v.key: [(c.end, c.moved_to_end) for c in v.captions] for v in videos}
+    assert kept == {"v_up": [(119.99000000000001, True)], "v_down": [(148.82999999999998, True)]}
+    assert [q.split(": ", 1)[1] for q in quarantined] == [
+        "segment end 148.85 beyond the duration 148.82999999999998",
+        "empty or reversed segment [148.84, 148.84]",
+        "empty or reversed segment [30.0, 20.0]",
+    ]
+    assert annotation_step(119.99000000000001) == annotation_step(148.82999999999998, 148.84) == 0.01
+
+
 # ---------------------------------------------------------------- every reader: float noise, provenance
 
 NOISY = 70.28999999999999  # a duration as real files carry it; the last segment ends at 70.29
@@ -553,7 +578,7 @@ NOISY = 70.28999999999999  # a duration as real files carry it; the last segment
 
 def test_a_segment_ending_at_the_rounded_duration_is_kept_by_every_reader(tmp_path: Path):
     assert segment_problem(0.0, 70.29, "x", NOISY) is None and segment_problem(-1e-9, 1.0, "x", 5.0) is None
-    assert segment_problem(0.0, 70.3, "x", NOISY) == f"segment end 70.3 beyond the duration {NOISY}"
+    assert segment_problem(0.0, 70.31, "x", NOISY) == f"segment end 70.31 beyond the duration {NOISY}"
     assert within_video(-1e-9, 70.29, NOISY) == (0.0, NOISY)
     anet = {"v_a": {"duration": NOISY, "timestamps": [[0, 30.5], [30.5, 70.29]], "sentences": ["a", "b"]}}
     (tmp_path / "anet.json").write_text(json.dumps(anet))

@@ -15,6 +15,8 @@ from core.checks import is_number
 # Annotation times carry float noise (a last segment ending at 70.29 in a video of 70.28999999999999 s);
 # a segment edge this close outside the video is noise, not an error (as the OVIBench row check allows).
 TIME_TOLERANCE_S = 1e-3
+# Significant digits that hold an annotation time; float noise lies beyond them (see without_float_noise).
+NOISE_FREE_DIGITS = 12
 
 
 @dataclass(frozen=True)
@@ -60,10 +62,19 @@ class CaptionedVideo:
         return self.video_file or f"{self.key}.mp4"
 
 
+def without_float_noise(value: float) -> str:
+    """The shortest form of ``value`` once its float noise is rounded away: ``"70.29"`` for
+    ``70.28999999999999`` and ``"119.99"`` for ``119.99000000000001``, ``"61.13"`` for ``61.13``."""
+    # Noise is a few units in the 16th-17th significant digit; 12 digits keep every time an annotation
+    # file writes (milliseconds up to 10^8 s) and drop the noise its arithmetic left.
+    return repr(float(f"{float(value):.{NOISE_FREE_DIGITS}g}"))
+
+
 def annotation_step(*values: float) -> float:
-    """The finest decimal step the values are written to: 0.01 for ``61.14`` and ``61.13``; float noise
-    (``70.28999999999999``) gives a step far below :data:`TIME_TOLERANCE_S`."""
-    decimals = [len(repr(float(v)).partition(".")[2]) if "e" not in repr(float(v)) else 16 for v in values]
+    """The finest decimal step the values are written to: 0.01 for ``61.14`` and ``61.13``, and for
+    ``70.28999999999999`` too (a value written with float noise has the precision of its noise-free form)."""
+    forms = [without_float_noise(v) for v in values]
+    decimals = [len(form.partition(".")[2]) if "e" not in form else 16 for form in forms]
     return 10.0 ** -max(decimals)
 
 
