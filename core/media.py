@@ -16,7 +16,7 @@ import numpy as np
 from PIL import Image
 
 from core import decode_worker
-from core.decoding import Clip, MediaSpec, resize_frames
+from core.decoding import Clip, MediaSpec, frame_size, resize_to
 from core.errors import DecodeError
 from core.files import atomic_path
 from core.sample import Sample
@@ -75,28 +75,28 @@ def decode_span(path: str | Path, start: float, end: float, spec: MediaSpec) -> 
 
 
 def load_image(path: str | Path, spec: MediaSpec) -> np.ndarray:
-    """Load a still image (a visual-prompt frame) as uint8[H, W, 3] within the image pixel budget.
+    """Load a still image (a visual-prompt frame) as uint8[H, W, 3], resized once to the spec's image size
+    (``core.decoding.frame_size``: within the image pixel budget, on the family's grid).
 
-    Decoded once per process and file version: every epoch and checkpoint evaluation reuses it (each
-    caller gets its own copy, so nothing can alter the cached frame).
+    Decoded once per process, file version and spec: every epoch and checkpoint evaluation reuses it
+    (each caller gets its own copy, so nothing can alter the cached frame).
     """
     path = str(path)
     try:
         stat = os.stat(path)
     except OSError as exc:
         raise DecodeError(path, f"cannot read image: {exc}") from exc
-    budget = (spec.image_min_pixels, spec.image_max_pixels)
-    return _load_image(path, stat.st_size, stat.st_mtime_ns, budget).copy()
+    return _load_image(path, stat.st_size, stat.st_mtime_ns, spec).copy()
 
 
 @functools.lru_cache(maxsize=4096)
-def _load_image(path: str, size: int, mtime_ns: int, budget: tuple[int, int]) -> np.ndarray:
+def _load_image(path: str, size: int, mtime_ns: int, spec: MediaSpec) -> np.ndarray:
     try:
         with Image.open(path) as img:
             array = np.asarray(img.convert("RGB"))
     except (OSError, ValueError) as exc:
         raise DecodeError(path, f"cannot read image: {exc}") from exc
-    image = resize_frames(array[None], *budget)[0]
+    image = resize_to(array[None], frame_size(spec, *array.shape[:2], image=True))[0]
     image.flags.writeable = False
     return image
 

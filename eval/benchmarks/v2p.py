@@ -108,21 +108,47 @@ OFFICIAL_MEDIA = {
     "max_pixels": 336 * 336,
     "image_min_pixels": 256 * 28 * 28,
     "image_max_pixels": 8192 * 28 * 28,
+    "grid": 28,
+    "tile": None,
+}
+# The same input as each family's release processes it, resized once (conf/media/<family>_64f.yaml):
+# Qwen3-VL's 32-px grid; LLaVA-OneVision's and InternVL3's frames at their tile, the prompt frame left to
+# their own tiling. A family's own geometry is the official input for it, not a departure from it.
+OFFICIAL_MEDIA_BY_FAMILY = {
+    "Qwen2-VL and Qwen2.5-VL": OFFICIAL_MEDIA,
+    "Qwen3-VL": {**OFFICIAL_MEDIA, "grid": 32},
+    "LLaVA-OneVision": {**OFFICIAL_MEDIA, "min_pixels": 384**2, "max_pixels": 384**2, "grid": 1, "tile": 384},
+    "InternVL3": {**OFFICIAL_MEDIA, "min_pixels": 448**2, "max_pixels": 448**2, "grid": 1, "tile": 448},
 }
 
 
 def media_protocol(context: SummaryContext) -> dict[str, Any]:
-    """The media the items were answered with, named beside the scores: the official input or not."""
+    """The media the items were answered with, named beside the scores: the official input (as which
+    family's release processes it, past Qwen2-VL and Qwen2.5-VL's) or not."""
     media = context.media
     used = {key: getattr(media, key) for key in OFFICIAL_MEDIA}
-    side = int(used["max_pixels"] ** 0.5)
-    described = (
-        f"{used['num_frames'] or 'fps-sampled'} frames of at most {used['max_pixels']} px (~{side}x{side}), "
-        f"prompt frame {used['image_min_pixels']}-{used['image_max_pixels']} px"
-    )
-    if used == OFFICIAL_MEDIA:
-        return {"protocol": f"the official input: {described}"}
+    described = _described(media)
+    for family, official in OFFICIAL_MEDIA_BY_FAMILY.items():
+        if used == official:
+            as_processed = "" if official is OFFICIAL_MEDIA else f" as {family}'s release processes it"
+            return {"protocol": f"the official input{as_processed}: {described}"}
     return {"protocol": f"NOT the official input (64 frames of at most 336x336): {described}"}
+
+
+def _described(media) -> str:
+    """The media in words: frames per span and their size, the prompt frame's pixel range, the grid."""
+    if media.tile is not None:
+        size = f"{media.tile}x{media.tile}"
+    else:
+        side = int(media.max_pixels**0.5)
+        size = f"at most {media.max_pixels} px (~{side}x{side})"
+    prompt = f"{media.image_min_pixels}-{media.image_max_pixels} px"
+    described = f"{media.num_frames or 'fps-sampled'} frames of {size}, prompt frame {prompt}"
+    if media.grid == 1:
+        return f"{described} at its own size"
+    if media.grid != OFFICIAL_MEDIA["grid"]:
+        return f"{described}, sides in multiples of {media.grid}"
+    return described
 
 
 def made_with(settings: V2PSettings) -> dict[str, Any]:
