@@ -3,7 +3,7 @@ through ours give the same loss and gradients), its advantages are TRL's; its ro
 completions as they were sampled, share the prompt's cache without changing what is sampled, and interrupt
 the model's own answer as OVIBench's simulation does; a small GRPO run after SFT evaluates baseline and
 checkpoints and logs every reward; a killed run resumes with equal losses; ZeRO-2 and ZeRO-3 on two CPU
-processes; full fine-tuning against a frozen reference."""
+processes; full fine-tuning against a frozen reference; the head runs over the completions only."""
 
 from __future__ import annotations
 
@@ -196,6 +196,21 @@ def test_completions_are_scored_as_they_were_sampled(policy, adapter, items):
             torch.testing.assert_close(logps[row, : len(sampled)], torch.tensor(sampled), atol=1e-5, rtol=0)
 
 
+def test_scoring_runs_the_head_on_the_completions_only(policy):
+    """The policy's and the reference's scoring (``completion_logps``; the old policy is the policy's,
+    detached) projects each group's completions and the position before them, never its prompt."""
+    prompts, completions = _prompts_and_completions()
+    vocab = policy.config.get_text_config().vocab_size
+    heads = []
+    hook = policy.get_output_embeddings().register_forward_hook(lambda m, i, out: heads.append(out.shape))
+    try:
+        with torch.no_grad():
+            completion_logps(policy, _rollouts(prompts, completions), 1.0)
+    finally:
+        hook.remove()
+    assert len(prompts[0]) > 1 and heads == [(G, WIDTH + 1, vocab)] * len(prompts)
+
+
 def test_the_shared_prompt_cache_gives_what_encoding_the_prompt_per_completion_gives(policy, adapter, items):
     from train.rollouts import rollout
 
@@ -326,3 +341,36 @@ def test_prompts_share_a_step_across_ranks_only_with_the_same_media_in_the_same_
     key = PromptDataset.step_key
     assert key(interrupted) != key(frameless) != key(items["v2p"])
     assert key(interrupted)[-1] == "interruption" and key(items["v2p"])[-1] == "prompt"
+
+
+def test_scoring_one_completion_at_a_time_holds_one_sequence_and_gives_the_same_gradients(
+    policy, adapter, items
+):
+    """Under gradient checkpointing the trainer scores completions one at a time, each recomputed in the
+    backward: the head (and every layer) then sees one sequence at a time, never the micro-batch's G, and
+    the log-probabilities and gradients are those of scoring the group together."""
+    from train.rollouts import rollout
+
+    torch.manual_seed(0)
+    rolled = [
+        rollout(policy, adapter, items[name], generations=3, temperature=1.0, max_tokens=6)
+        for name in ("v2p", "Correction")
+    ]
+    rows, scored = [], {}
+    hook = policy.get_output_embeddings().register_forward_hook(lambda m, i, out: rows.append(out.shape[0]))
+    try:
+        for one_at_a_time in (False, True):
+            rows.clear()
+            logps, mask = completion_logps(policy, rolled, 1.0, one_at_a_time=one_at_a_time)
+            (logps * mask).sum().backward()
+            grads = {name: p.grad.clone() for name, p in policy.named_parameters() if p.grad is not None}
+            policy.zero_grad(set_to_none=True)
+            scored[one_at_a_time] = (logps.detach(), grads, list(rows))
+    finally:
+        hook.remove()
+    assert scored[False][2] == [3, 3]
+    assert scored[True][2] == [1] * 12  # six completions, each run forward and again in the backward
+    torch.testing.assert_close(scored[True][0], scored[False][0], atol=1e-5, rtol=0)
+    assert scored[True][1].keys() == scored[False][1].keys() and scored[False][1]
+    for name, grad in scored[False][1].items():
+        torch.testing.assert_close(scored[True][1][name], grad, atol=1e-5, rtol=1e-4, msg=name)

@@ -158,7 +158,10 @@ class GrpoTrainer(RecipeHooks, Trainer):
         # The media placeholders the in-process sampler never picks are kept out of the distribution scored;
         # a server samples from the whole vocabulary, so its completions are scored on the whole of it.
         suppressed = None if self.served_rollouts else GreedyDecoder(policy, self.chat).suppressed
-        logps, mask = completion_logps(model, rollouts, settings.temperature, suppressed)
+        one_at_a_time = self.trainer_cfg.gradient_checkpointing  # one sequence's activations at a time
+        logps, mask = completion_logps(
+            model, rollouts, settings.temperature, suppressed, one_at_a_time=one_at_a_time
+        )
         if settings.mask_truncated_completions:
             truncated = torch.tensor([t for r in rollouts for t in r.truncated], device=mask.device)
             mask = mask * (~truncated).unsqueeze(1)

@@ -2,7 +2,9 @@
 
 Full fine-tuning trains every tower (models/towers.py) that ``peft.freeze`` does not list. Under LoRA and
 QLoRA, ``peft.target_modules`` and ``peft.modules_to_save`` decide, and ``peft.freeze`` guards them: a
-frozen tower they would train is a ConfigError before training starts.
+frozen tower they would train is a ConfigError before training starts. Under gradient checkpointing,
+only the towers that train get input gradients (``models.checkpointing``): a frozen vision tower stays out
+of the autograd graph.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import torch
 
 from core.config import PeftConfig, PeftMethod, Tower
 from core.errors import ConfigError
+from models.checkpointing import require_input_grads_where_trained
 from models.qlora import prepare_quantized
 from models.towers import family_of, tower_of
 
@@ -22,6 +25,7 @@ def apply_peft(model: torch.nn.Module, cfg: PeftConfig) -> torch.nn.Module:
         ConfigError: ``peft.freeze`` contradicts the LoRA targets or freezes every tower; a QLoRA
             ``modules_to_save`` entry names a quantized module; a parameter is in no tower.
     """
+    require_input_grads_where_trained(model)  # the model itself: a peft wrapper forwards the call to it
     if cfg.method is PeftMethod.full:
         _train_unfrozen_towers(model, cfg.freeze)
         return model

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from core.sample import Sample
 from models.chat import VideoChatAdapter
@@ -102,16 +103,28 @@ def _one_by_one(decoder: GreedyDecoder, context, generations: int, max_tokens: i
 
 
 def completion_logps(
-    model, rollouts: list[Rollout], temperature: float, suppressed: torch.Tensor | None = None
+    model,
+    rollouts: list[Rollout],
+    temperature: float,
+    suppressed: torch.Tensor | None = None,
+    *,
+    one_at_a_time: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each completion's per-token log-probabilities under ``model`` (with gradients when it trains), of the
     distribution its tokens were sampled from (the logits divided by ``temperature``; the token ids in
     ``suppressed``, the media placeholders the sampler never picks, left out), and their mask.
 
+    Args:
+        one_at_a_time: with gradients, score each completion in a pass of its own whose activations are
+            recomputed in the backward (``torch.utils.checkpoint``): the activations of one sequence are
+            held at a time instead of every completion of the micro-batch's (G x prompts sequences of the
+            whole prompt each: at 64 frames, far beyond a GPU). The same log-probabilities and gradients for
+            one more forward pass; the trainer asks for it under gradient checkpointing.
+
     Returns:
         ``(logps, mask)``, both ``(completions, longest)`` in rollout and completion order, right-padded.
     """
-    rows = [_group_logps(model, r, temperature, suppressed) for r in rollouts]
+    rows = [_group_logps(model, r, temperature, suppressed, one_at_a_time) for r in rollouts]
     width = max(logps.shape[1] for logps, _ in rows)
     logps = torch.cat([torch.nn.functional.pad(lp, (0, width - lp.shape[1])) for lp, _ in rows])
     mask = torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[1])) for _, m in rows])
@@ -129,7 +142,7 @@ def sampler_logps(rollouts: list[Rollout], like: torch.Tensor) -> torch.Tensor:
 
 
 def _group_logps(
-    model, rollout: Rollout, temperature: float, suppressed
+    model, rollout: Rollout, temperature: float, suppressed, one_at_a_time: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     tokens = rollout.group.tokens
     width = max(1, max(map(len, tokens)))
@@ -139,14 +152,30 @@ def _group_logps(
     for row, ids in enumerate(tokens):
         completions[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         mask[row, : len(ids)] = 1
-    batch = _with_completions(rollout.context, completions, mask)
-    batch = {k: v.to(device) for k, v in batch.items()}
-    logits = model(**batch, use_cache=False, logits_to_keep=width + 1).logits[:, :-1]
+    completions, mask = completions.to(device), mask.to(device)
+    context = {key: value.to(device) for key, value in rollout.context.items()}
+    if one_at_a_time and torch.is_grad_enabled():
+        picked = torch.cat([
+            checkpoint(
+                _picked_logps, model, context, completions[row : row + 1], mask[row : row + 1],
+                temperature, suppressed, use_reentrant=False,
+            )
+            for row in range(len(tokens))
+        ])  # fmt: skip
+    else:
+        picked = _picked_logps(model, context, completions, mask, temperature, suppressed)
+    return picked * mask, mask
+
+
+def _picked_logps(model, context, completions, mask, temperature: float, suppressed) -> torch.Tensor:
+    """The log-probabilities of ``completions`` (rows of one group) after the group's ``context``."""
+    device = completions.device
+    batch = _with_completions(context, completions, mask)
+    logits = model(**batch, use_cache=False, logits_to_keep=completions.shape[1] + 1).logits[:, :-1]
     if suppressed is not None and len(suppressed):
         logits = logits.index_fill(-1, suppressed.to(device), float("-inf"))
     logprobs = torch.log_softmax(logits.float() / max(temperature, 1e-6), dim=-1)
-    picked = logprobs.gather(-1, completions.to(device).unsqueeze(-1)).squeeze(-1)
-    return picked * mask.to(device), mask.to(device)
+    return logprobs.gather(-1, completions.unsqueeze(-1)).squeeze(-1)
 
 
 def _with_completions(

@@ -21,6 +21,16 @@ fails loudly when they change):
 And one convention of TRL's: a PEFT model given without a reference gets a frozen copy of its adapter
 named ``"ref"``; for a fresh adapter it computes what the model with the adapter switched off computes,
 which TRL then uses once the copy is gone, so the copy is deleted (no second adapter held or run).
+
+The head only where the loss reads it. Supervised fine-tuning labels the assistant tokens only (tens of
+tokens in a sample of thousands), yet the stock path applies the head and an fp32 log-softmax over the whole
+vocabulary at every position: 608 KB a token at 152k words, 3.4 GiB of a 6k-token Qwen2.5-VL sample saved
+for backward. :class:`RecipeTrainer` runs the head at the positions whose next token is labelled only
+(:func:`labelled_positions_only`), with the stock loss and gradients (tests/test_labelled_loss.py). TRL
+1.16's DPO and KTO trainers already score completion tokens only, through their fused LM head
+(``add_fused_lm_head``: tiled, nothing vocabulary-wide kept for backward; on CUDA the completion positions
+only, on a CPU every position, tile by tile); GRPO's scoring projects the completions only
+(``train.rollouts.completion_logps``).
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ from accelerate.utils import DistributedType
 from transformers import Trainer
 
 from core.config import TrainerConfig
-from models.packing import PACKED_SAMPLES, packed_model_inputs, rope_owner
+from models.packing import IGNORE_INDEX, PACKED_SAMPLES, packed_model_inputs, rope_owner
 from train.data import MediaKindSampler
 from train.optim import param_groups, tower_learning_rates
 
@@ -115,10 +125,29 @@ class RecipeTrainer(RecipeHooks, Trainer):
     _rope_owner: torch.nn.Module | None = None
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """The stock loss; a packed batch (``data.packing``) first gets its per-sample positions from the
-        model (models/packing.py), here in the training process, where the model is."""
+        """The stock loss, with the head applied at the labelled positions only
+        (:func:`labelled_positions_only`); a packed batch (``data.packing``) first gets its per-sample
+        positions from the model (models/packing.py), here in the training process, where the model is."""
         if PACKED_SAMPLES in inputs:
             if self._rope_owner is None:
                 self._rope_owner = rope_owner(model)
             inputs = packed_model_inputs(model, inputs, self._rope_owner)
+        if "labels" in inputs:
+            inputs = labelled_positions_only(inputs)
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+
+def labelled_positions_only(inputs: dict) -> dict:
+    """The model's inputs with its head applied only at the positions whose next token is labelled.
+
+    ``logits_to_keep``, a boolean ``(rows, length)`` mask, makes every family's model (transformers'
+    ``slice_logits_to_keep``) project those positions only, flattened: its logits are ``(labelled, vocab)``.
+    ``shift_labels``, their next tokens, is what the model's own loss (``ForCausalLMLoss``) then scores
+    instead of shifting ``labels``: the same cross-entropy over the same tokens, with ``num_items_in_batch``
+    where the Trainer passes it. ``labels`` stay, so the model computes its loss and the Trainer counts
+    them as before.
+    """
+    labels = inputs["labels"]
+    next_labels = torch.nn.functional.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
+    keep = next_labels != IGNORE_INDEX
+    return {**inputs, "logits_to_keep": keep, "shift_labels": next_labels[keep]}
