@@ -437,6 +437,11 @@ class TrainConfig(RunConfig):
     peft: PeftConfig = field(default_factory=PeftConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     stage: StageConfig = field(default_factory=StageConfig)
+    # plan=true: plan the run at its released size instead of running it (train/plan.py): no weights, no
+    # GPU; plan.json and plan.md in the run directory, with a verdict against plan_gpu_gib per GPU
+    plan: bool = False
+    plan_gpu_gib: float = 80.0  # one GPU's memory (python -m launch passes its launcher's)
+    plan_gpus: int | None = None  # the run's processes (world size); null: $WORLD_SIZE, else 1
 
 
 @dataclass

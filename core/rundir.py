@@ -12,6 +12,7 @@ A training run and its evaluation (inline, by the watcher, or by ``python -m eva
     <run_dir>/eval/<model>/settings.json       what they were made under, per benchmark
     <run_dir>/summary.json, report.md the comparison of every model with the baseline
     <run_dir>/parameters.json, deepspeed.json, metrics.jsonl, wandb/
+    <run_dir>/plan.json, plan.md      the run planned at its released size (``plan=true``, train/plan.py)
     <run_dir>/data_mix.json           per training dataset: weight, share, samples drawn and used
     <run_dir>/start_model/            a post-SFT stage's starting model: the SFT adapter merged into its base
     <run_dir>/eval/served_weights/<checkpoint>/   a checkpoint as a server loads it (a LoRA one merged)
@@ -185,6 +186,14 @@ class RunDir:
     @property
     def parameters_file(self) -> Path:
         return self.path / "parameters.json"
+
+    @property
+    def plan_file(self) -> Path:
+        return self.path / "plan.json"
+
+    @property
+    def plan_report_file(self) -> Path:
+        return self.path / "plan.md"
 
     @property
     def deepspeed_file(self) -> Path:

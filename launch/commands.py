@@ -24,6 +24,14 @@ def train_args(launch: Launch) -> list[str]:
     return [*launch.overrides, f"run_name={launch.run_name}"]
 
 
+def plan_argv(launch: Launch, python: str = "python") -> list[str]:
+    """``python -m train … plan=true``: the run planned for the launcher's GPUs (train/plan.py)."""
+    cfg = launch.launcher
+    world = cfg.nnodes * cfg.nproc_per_node
+    planned = [f"plan_gpus={world}", f"plan_gpu_gib={cfg.gpu_gib:g}", "plan=true"]
+    return [python, "-m", "train", *train_args(launch), *planned]
+
+
 def local_argv(launch: Launch) -> list[str]:
     """One process: ``python -m train …``."""
     return ["python", "-m", "train", *train_args(launch)]

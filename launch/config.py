@@ -50,6 +50,7 @@ class LauncherConfig:
     cpus_per_task: int = 8  # slurm: one task per node, so all CPUs of a node's ranks and data workers
     account: str | None = None  # slurm account to charge, if the cluster wants one
     sbatch_extra: list[str] = field(default_factory=list)  # more "#SBATCH" options, e.g. ["--mem=0"]
+    gpu_gib: float = 80.0  # one GPU's memory: every launch is planned against it first (train/plan.py)
 
     def __post_init__(self) -> None:
         issues = []

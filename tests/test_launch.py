@@ -14,7 +14,7 @@ from paths import REPO
 
 import launch.__main__ as launch_main
 from core.errors import ConfigError
-from launch.commands import deepspeed_argv, dry_run_text, expand_env, shell_join, torchrun_argv
+from launch.commands import deepspeed_argv, dry_run_text, expand_env, plan_argv, shell_join, torchrun_argv
 from launch.config import (
     CONF_DIR,
     LaunchConfig,
@@ -179,7 +179,13 @@ def test_bad_launches_are_refused(args):
         compose_launch(["+exp=ovi_lora", *args])
 
 
-def test_run_starts_the_printed_command(monkeypatch, capsys):
+@pytest.fixture
+def planned_to_fit(monkeypatch):
+    """Launches whose plan (a real ``python -m train … plan=true``, tested in test_plan.py) says fits."""
+    monkeypatch.setattr(launch_main, "plan_refusal", lambda launch: None)
+
+
+def test_run_starts_the_printed_command(monkeypatch, capsys, planned_to_fit):
     started = []
     monkeypatch.setattr(launch_main.subprocess, "run", lambda argv, check: started.append(argv) or _Done())
     assert launch_main.main(["+exp=ovi_lora", "launcher=torchrun_1x8", "run_name=r1"]) == 0
@@ -189,7 +195,7 @@ def test_run_starts_the_printed_command(monkeypatch, capsys):
     assert capsys.readouterr().out == shell_join(started[0]) + "\n"
 
 
-def test_slurm_run_writes_the_script_into_the_run_dir_and_submits_it(monkeypatch, tmp_path):
+def test_slurm_run_writes_the_script_into_the_run_dir_and_submits_it(monkeypatch, tmp_path, planned_to_fit):
     started = []
     monkeypatch.setattr(launch_main.subprocess, "run", lambda argv, check: started.append(argv) or _Done())
     args = ["+exp=ovi_lora", "launcher=slurm_2x8", f"output_root={tmp_path}", "run_name=r2"]
@@ -199,9 +205,29 @@ def test_slurm_run_writes_the_script_into_the_run_dir_and_submits_it(monkeypatch
     assert script.read_text() == dry_run_text(compose_launch(args))
 
 
-def test_multi_node_torchrun_needs_one_name_for_all_nodes(monkeypatch):
+def test_multi_node_torchrun_needs_one_name_for_all_nodes(monkeypatch, planned_to_fit):
     monkeypatch.setattr(launch_main.subprocess, "run", lambda argv, check: pytest.fail("must not start"))
     assert launch_main.main(["+exp=ovi_lora", "launcher=torchrun_2x8"]) == 2
+
+
+def test_a_run_planned_not_to_fit_is_not_started_unless_told_to_go_anyway(monkeypatch, capsys):
+    started = []
+    monkeypatch.setattr(launch_main, "plan_refusal", lambda launch: "the plan predicts it will not fit")
+    monkeypatch.setattr(launch_main.subprocess, "run", lambda argv, check: started.append(argv) or _Done())
+    args = ["+exp=ovi_lora", "launcher=torchrun_1x8", "run_name=r3"]
+    assert launch_main.main(args) == 2
+    assert started == []
+    assert "will not fit; --go-anyway starts it" in capsys.readouterr().err
+    assert launch_main.main(["--go-anyway", *args]) == 0
+    assert len(started) == 1
+
+
+def test_the_plan_is_made_for_the_launchers_gpus():
+    launch = _launch("torchrun_2x8", "launcher.gpu_gib=141")
+    argv = plan_argv(launch)
+    assert argv[:3] == ["python", "-m", "train"]
+    assert argv[-3:] == ["plan_gpus=16", "plan_gpu_gib=141", "plan=true"]
+    assert f"run_name={launch.run_name}" in argv
 
 
 def test_master_addr_is_read_where_the_command_runs():

@@ -3,6 +3,7 @@
 python -m train +exp=quickstart            # tiny model, synthetic data, CPU, a few minutes
 python -m train +exp=ovi_lora              # Qwen2.5-VL-7B-Instruct, LoRA on OVI-Train
 python -m train +exp=ovi_lora --cfg job    # print the composed config and exit
+python -m train +exp=ovi_lora plan=true    # plan it at the released size: memory per GPU, a verdict
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ def main(cfg: DictConfig) -> None:
 
     config: TrainConfig = OmegaConf.to_object(cfg)
 
+    def plan() -> None:
+        from train.plan import plan_run
+        from train.plan_report import plan_headline
+
+        print(plan_headline(plan_run(config)))
+
     def work() -> None:
         summary = train(config).summary
         if not is_main():  # the other ranks of a multi-process run hold no summary
@@ -35,7 +42,7 @@ def main(cfg: DictConfig) -> None:
         else:
             print(f"checkpoints are evaluated by: python -m eval.watch {config.run_dir}")
 
-    run_cli(work)
+    run_cli(plan if config.plan else work)
 
 
 if __name__ == "__main__":
