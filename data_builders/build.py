@@ -157,6 +157,15 @@ def synthetic_datasets(data: DataConfig) -> dict[str, str]:
     return {name: str(path) for name, path in asdict(paths).items()}
 
 
+def built_synthetic_datasets(data: DataConfig) -> dict[str, str]:
+    """The synthetic datasets by name as :func:`synthetic_datasets` gives them, when ``data.build_synthetic``
+    asks for them and a build is already on disk; ``{}`` otherwise (nothing is built: a plan reads only)."""
+    paths = {name: str(path) for name, path in asdict(_paths(Path(data.synthetic.root))).items()}
+    if not data.build_synthetic or not all(Path(path).exists() for path in paths.values()):
+        return {}
+    return paths
+
+
 def with_synthetic_training_data(data: DataConfig, datasets: dict[str, str]) -> DataConfig:
     """``data`` training on the synthetic training sets when it names none of its own."""
     if data.train or not datasets:

@@ -259,21 +259,25 @@ def _local_tokenizer(path: str):
 
 def _counts(cfg: TrainConfig, counter: TokenCounter, notes: list[str]) -> dict[str, TokenCounts]:
     """Token counts of the training set and of each benchmark whose release is on disk (else noted)."""
+    from data_builders.build import built_synthetic_datasets, with_synthetic_training_data
     from eval.benchmarks import BENCHMARKS, resolve_settings
     from train.data import load_dataset_samples
 
+    synthetic = built_synthetic_datasets(cfg.data)
+    if cfg.data.build_synthetic and not synthetic:
+        notes.append("the synthetic build is not on disk yet (training builds it first): not counted")
     counts: dict[str, TokenCounts] = {}
     train = []
-    for directory in cfg.data.train:
+    for directory in with_synthetic_training_data(cfg.data, synthetic).train:
         try:
             train += load_dataset_samples(directory)
         except DataError as exc:
             notes.append(f"training set not counted: {exc}")
     if train:
         counts["train"] = counter.count(train)
-    elif not cfg.data.train:
+    elif not cfg.data.train and not synthetic:
         notes.append("no training set given (data.train): tokens by the media limits only")
-    evaluation = resolve_settings(cfg.eval, {})
+    evaluation = resolve_settings(cfg.eval, synthetic)
     for name, settings in evaluation.settings.items():
         root = getattr(settings, "root", None)
         if not root or not Path(root).exists():
