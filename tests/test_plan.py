@@ -116,3 +116,14 @@ def test_the_quickstart_plan_reads_its_data_and_measures_the_p95_and_the_worst_s
     assert sum(worst["video"]) + sum(worst["images"]) >= plan.tokens["train"]["visual"]["max"]
     record = json.loads((tmp_path / "quickstart" / "plan.json").read_text())
     assert record["verdict"] == plan.verdict == "fits"
+
+
+def test_the_plan_reads_a_synthetic_build_on_disk_and_never_builds_one(compose, tmp_path, synthetic_build):
+    from data_builders.build import built_synthetic_datasets
+
+    root = synthetic_build.v2p_sft.parents[1]
+    cfg = compose("train", "+exp=quickstart", f"output_root={tmp_path}", f"data.synthetic.root={root}")
+    assert built_synthetic_datasets(cfg.data)["ovi_train"] == str(synthetic_build.ovi_train)
+    absent = compose("train", "+exp=quickstart", f"output_root={tmp_path}")
+    assert built_synthetic_datasets(absent.data) == {}
+    assert not (tmp_path / "data").exists()
