@@ -5,6 +5,7 @@ A training run and its evaluation (inline, by the watcher, or by ``python -m eva
     <run_dir>/resolved_config.yaml    the run's whole config, typed (rewritten at every start or resume)
     <run_dir>/checkpoints/checkpoint-N/   saves, N the training step
     <run_dir>/final/                  the last weights
+    <run_dir>/final/README.md         their model card in the Hub's format (train/model_card.py)
     <run_dir>/training_done           written last by the training: the watcher may stop
     <run_dir>/quarantine_<name>.json  items left out because their media could not be decoded
     <run_dir>/eval/models.json        (name, step) of every model evaluated, the baseline first
@@ -88,6 +89,11 @@ class RunDir:
     @property
     def final_dir(self) -> Path:
         return self.path / "final"
+
+    @property
+    def model_card_file(self) -> Path:
+        """The final weights' model card: base model, data, recipe and evaluation deltas, for the Hub."""
+        return self.final_dir / "README.md"
 
     def checkpoint(self, step: int) -> Path:
         return self.checkpoints_dir / checkpoint_name(step)

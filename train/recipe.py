@@ -36,6 +36,7 @@ from train.callbacks import CheckpointEval, LogToMetricLogger
 from train.data import PackingCollator
 from train.deepspeed import deepspeed_config, write_deepspeed_config
 from train.grpo import GRPO
+from train.model_card import write_model_card
 from train.modes import apply_peft
 from train.optim import check_learning_rates, tower_learning_rates
 from train.preference import DPO, KTO, reference_model, with_start_model
@@ -205,6 +206,8 @@ def run(run: Run) -> RunResult:
         trainer.train(resume_from_checkpoint=str(last) if last else None)
         trainer.save_model(str(run_dir.final_dir))
         summary = evaluation.write_summary() if evaluation and main else {}
+        if main:  # after the summary: the card carries its deltas
+            write_model_card(run_dir, cfg, summary)
         run_dir.mark_done()
         return RunResult(run, summary, trainer.model)
     finally:
