@@ -87,7 +87,7 @@ def full_head_and_loss(
     model: torch.nn.Module, hidden_states: torch.Tensor, labels: torch.Tensor
 ) -> torch.Tensor:
     """The head on every position and the model's own ``loss_function``, as training computes them today."""
-    base = _base_model(model)
+    base = unwrapped(model)
     logits = base.lm_head(hidden_states)
     vocab_size = base.config.get_text_config().vocab_size
     return base.loss_function(logits=logits, labels=labels, vocab_size=vocab_size)
@@ -112,7 +112,7 @@ def measure_step(
     Raises:
         ValueError: the family is not one of the five, or the sample's media do not fit its tokens.
     """
-    base = _base_model(model)
+    base = unwrapped(model)
     family = base.config.model_type
     if family not in _WIRING:
         raise ValueError(f"no meta-memory wiring for model family {family!r}")
@@ -265,7 +265,7 @@ def _drop_grads_when_made(model: torch.nn.Module) -> list:
 
 def _disable_checkpointing(model: torch.nn.Module) -> None:
     model.activation_checkpointing_disable()
-    _base_model(model).disable_input_require_grads()
+    unwrapped(model).disable_input_require_grads()
 
 
 @contextmanager
@@ -304,7 +304,7 @@ def _batch_approximation(batch_size: int) -> tuple[str, ...]:
     )
 
 
-def _base_model(model: torch.nn.Module) -> torch.nn.Module:
+def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
     """The transformers model under a peft wrapper (or the model itself)."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 

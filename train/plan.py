@@ -149,7 +149,9 @@ def labelled_head_and_loss(labelled: int):
     answer sits; ``models.meta_memory`` labels those), taken as a slice: the same tensors, the same sizes."""
 
     def head_and_loss(model, hidden_states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under peft
+        from models.meta_memory import unwrapped
+
+        base = unwrapped(model)
         _, tokens, width = hidden_states.shape
         kept = hidden_states[:, tokens - labelled - 1 : tokens - 1].reshape(-1, width)
         logits = base.lm_head(kept)
