@@ -44,8 +44,9 @@ def planned(overrides: list[str]):
 
     from core.config import register_configs
     from eval.benchmarks import settings_schemas
+    from train.stage_settings import STAGE_SETTINGS
 
-    register_configs(settings_schemas())
+    register_configs(settings_schemas(), STAGE_SETTINGS)
     root = tempfile.mkdtemp(prefix="plan-")
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
         run = ["+exp=v2p_lora", "model=qwen2_5_vl_7b", "trainer.batch_size=1", f"output_root={root}"]

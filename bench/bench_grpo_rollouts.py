@@ -40,7 +40,7 @@ def video_question(ovi: Sample) -> Sample:
         "user", [Part.video(video.path, 0.0, DURATION), Part.txt("What moves? Answer in a few words.")]
     )
     answer = Turn("assistant", [Part.txt("a red circle")], loss=True)
-    meta = {"question": "What moves?", "answer": "a red circle", "form": "open"}
+    meta = {"question": "What moves?", "answer": "a red circle", "format": "open"}
     return Sample("bench-v2p", "v2p", [user, answer], "bench", "v", (0.0, DURATION), meta)
 
 

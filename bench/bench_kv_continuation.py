@@ -19,10 +19,10 @@ import numpy as np
 from common import median, print_table, tiny_model_for_inference
 
 from core.decoding import MediaSpec
+from core.formats.ovi import ovi_row_to_sample
 from core.media import FrameCache
 from core.sample import Sample
 from core.video_io import write_mp4
-from data_builders.ovi_format import ovi_row_to_sample
 from models.chat import VideoChatAdapter
 from models.ovi_simulation import SimulationResult, simulate_interruption
 

@@ -28,10 +28,10 @@ from core.config import OviProtocol, ServerConfig, VideoTransport
 from core.media import FrameCache
 from core.text_models import EndpointConfig
 from eval.predictor import InProcess
-from eval.served import ServedModel
-from eval.server_process import launched_server
 from models.chat import make_adapter
 from models.loading import load_model
+from models.served import ServedModel
+from models.server_process import launched_server
 
 ITEMS = 32
 BATCH = 16

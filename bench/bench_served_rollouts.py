@@ -33,11 +33,13 @@ from bench_grpo_rollouts import COMPLETION_TOKENS, MEDIA, video_question
 from bench_kv_continuation import ovi_item
 from common import median, print_table, tiny_model_for_inference
 
-from core.config import GrpoConfig, ServerConfig, VideoTransport, WeightSync
+from core.config import ServerConfig, VideoTransport
 from core.media import FrameCache
+from core.rundir import RunDir
 from models.chat import VideoChatAdapter
+from train.grpo_config import GrpoConfig, WeightSync
 from train.rollouts import completion_logps, rollout, sampler_logps
-from train.served_rollouts import ServedRollouts
+from train.served_rollouts import ServedSampler
 
 GENERATIONS = 8
 SERVE = f"{sys.executable} -m transformers.cli.transformers serve {{model}} --device cpu --host 127.0.0.1 "
@@ -71,7 +73,7 @@ def update(policy) -> None:
 
 
 def served_steps(
-    engine: ServedRollouts, policy, items, steps: int
+    engine: ServedSampler, policy, items, steps: int
 ) -> tuple[list[float], list[float], list[float]]:
     """Per timed step: seconds to hand the weights over and to roll out the items' groups, and each token's
     |log-probability| difference between the server's and ours (where the server returns them). The policy
@@ -146,7 +148,7 @@ def main() -> None:
             server.sampled_tokens = args.sampled_tokens
             settings = GrpoConfig(server=server, weight_sync=sync, num_generations=GENERATIONS)
             settings.max_completion_length = COMPLETION_TOKENS
-            engine = ServedRollouts(settings, adapter, Path(tmp) / f"weights-{sync}")
+            engine = ServedSampler(settings, adapter, RunDir(Path(tmp) / f"run-{sync}"))
             try:
                 syncs, times, differences = served_steps(engine, policy, items, args.steps)
             finally:

@@ -41,8 +41,9 @@ def quickstart_config(*overrides: str) -> TrainConfig:
     """The quickstart experiment as ``python -m train +exp=quickstart`` composes it, with a smaller
     synthetic build under ``BENCH_ROOT`` (8 training videos; 8 evaluation videos, 32 V2P items)."""
     from eval.benchmarks import settings_schemas
+    from train.stage_settings import STAGE_SETTINGS
 
-    register_configs(settings_schemas())
+    register_configs(settings_schemas(), STAGE_SETTINGS)
     defaults = [
         "+exp=quickstart",
         f"output_root={BENCH_ROOT}",

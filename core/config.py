@@ -3,8 +3,11 @@
 
 The dataclasses are registered with Hydra's ConfigStore as the schema behind ``conf/``, so a misspelt
 key, a value of the wrong type or an unknown choice fails when the config is composed, naming the key.
-Each default lives here, documented beside its field; ``conf/`` files set only what differs. This module
-imports no torch, so ``launch/`` can read configs cheaply.
+Each default lives here, documented beside its field, except the settings a floor above owns: each
+benchmark's (``eval.settings.<name>``, beside its benchmark) and each stage's (``stage.preference``,
+``stage.grpo``, beside its stage), typed when :func:`register_configs` is handed their dataclasses.
+``conf/`` files set only what differs. This module imports no torch, so ``launch/`` can read configs
+cheaply.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from omegaconf import OmegaConf
 from core.choice import Choice
 from core.decoding import MediaSpec
 from core.text_models import EndpointConfig, TextModelConfig
-from core.vocab import PAPER_MIX, InterruptionType, ItemForm, PromptShape
+from core.vocab import PAPER_MIX, InterruptionType, PromptShape
 
 
 class Family(Choice):
@@ -174,111 +177,6 @@ class StageMethod(Choice):
     grpo = "grpo"  # GRPO on data.train's prompts with verifiable rewards (train/grpo.py)
 
 
-# TRL's DPOConfig.loss_type values, as TRL names them.
-DpoLoss = Choice(
-    "DpoLoss",
-    [
-        (name, name)
-        for name in (
-            "sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
-            "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm",
-        )
-    ],
-    module=__name__,
-)  # fmt: skip
-
-
-class GrpoLoss(Choice):
-    """How GRPO's per-token losses are averaged (TRL's ``GRPOConfig.loss_type``)."""
-
-    grpo = "grpo"  # each completion's token mean, averaged over completions (the paper's)
-    dapo = "dapo"  # the token sum over every token of the batch (TRL's default; no length bias)
-    dr_grpo = "dr_grpo"  # the token sum over completions x max_completion_length
-    bnpo = "bnpo"  # the batch's token mean
-
-
-class ImportanceSampling(Choice):
-    """Where GRPO's importance ratio is taken (TRL's ``importance_sampling_level``)."""
-
-    token = "token"  # per token (GRPO)
-    sequence = "sequence"  # one per completion, its tokens' mean log-ratio (GSPO)
-
-
-class RewardScale(Choice):
-    """How GRPO's advantages are scaled (TRL's ``scale_rewards``)."""
-
-    group = "group"  # by the standard deviation of the prompt's group
-    batch = "batch"  # by the batch's
-    none = "none"  # not at all (Dr. GRPO)
-
-
-class V2pForm(Choice):
-    """How V2P items are asked during GRPO."""
-
-    open = "open"  # without options, answered in words, rewarded by rule (VideoSeeker: MCQ-only RL collapsed)
-    mcq = "mcq"  # with options, the letter rewarded by the official rule
-
-
-class SamplerCorrection(Choice):
-    """How the sampler's mismatch is corrected (TRL's ``vllm_importance_sampling_mode``): per token or per
-    completion, the ratio of the policy's probability to the sampler's clipped (truncate) or zeroed outside
-    ``[clip_min, clip_max]`` (mask)."""
-
-    token_truncate = "token_truncate"
-    token_mask = "token_mask"
-    sequence_truncate = "sequence_truncate"
-    sequence_mask = "sequence_mask"
-
-
-class WeightSync(Choice):
-    """How a rollout server (``stage.grpo.server``) is given the policy's weights before each step."""
-
-    restart = "restart"  # its command is started again on the new weights (any server: vLLM, SGLang, ...)
-    by_path = "by_path"  # one server loads the weights directory each request names (transformers serve)
-    reload = "reload"  # one vLLM server re-reads each step's weights in place (train/weight_reload.py)
-
-
-@dataclass
-class GrpoConfig:
-    """``stage.grpo``: GRPO's settings, named as TRL's ``GRPOConfig`` names them (train/grpo.py)."""
-
-    num_generations: int = 8  # completions per prompt (G; TRL's default)
-    beta: float = 0.04  # the KL weight against the reference (the start model): the GRPO paper's; TRL's is 0
-    epsilon: float = 0.2  # the clip range's lower side, 1 - epsilon
-    epsilon_high: float | None = None  # its upper side, 1 + epsilon_high (DAPO: 0.28); null: epsilon
-    loss_type: GrpoLoss = GrpoLoss.dapo  # TRL's default
-    importance_sampling_level: ImportanceSampling = ImportanceSampling.token
-    scale_rewards: RewardScale = RewardScale.group
-    temperature: float = 1.0  # sampling temperature (the log-probabilities are of the same distribution)
-    max_completion_length: int = 32  # tokens per completion
-    mask_truncated_completions: bool = False  # completions cut by the length limit carry no loss
-    # the rewards (train/rewards.py REWARDS) and their weights in each completion's total; a reward that does
-    # not apply to an item is left out of its mean
-    rewards: dict[str, float] = field(
-        default_factory=lambda: {
-            "v2p_letter": 1.0, "v2p_format": 0.2, "v2p_words": 1.0, "ovi_cancellation": 1.0,
-            "ovi_false_trigger": 1.0, "ovi_correction": 1.0, "ovi_ma": 1.0, "ovi_ca": 1.0, "ovi_judge": 1.0,
-        }
-    )  # fmt: skip
-    v2p_forms: list[V2pForm] = field(default_factory=lambda: [V2pForm.open])  # how V2P items are asked
-    # An LLM judge's reward for open OVI reactions (train/judge_reward.py; weight: rewards.ovi_judge), the
-    # evaluation's judge settings; backend none (the default): off
-    judge: JudgeConfig = field(default_factory=lambda: JudgeConfig(cache="${run_dir}/grpo_judge_cache.jsonl"))
-    # Rollouts through an OpenAI-compatible server (train/served_rollouts.py), e.g.
-    # server@stage.grpo.server=vllm; off (in process) while neither command nor endpoint.base_url is set.
-    # Before every step's rollouts the policy's weights (LoRA merged) are written under
-    # <run_dir>/rollout_weights and handed over as weight_sync says (restart: any server; reload: vLLM).
-    server: ServerConfig = field(default_factory=lambda: ServerConfig())
-    weight_sync: WeightSync = WeightSync.restart
-    # Where the server returns the sampled tokens' log-probabilities (server.sampled_tokens), TRL's correction
-    # for the sampler not being exactly the policy scored (its kernels, dtype, positions): each token's loss
-    # weighted by the ratio of the two, as vllm_importance_sampling_mode says (TRL's names and defaults)
-    vllm_importance_sampling_correction: bool = True
-    vllm_importance_sampling_mode: SamplerCorrection = SamplerCorrection.sequence_mask
-    vllm_importance_sampling_clip_min: float | None = None
-    vllm_importance_sampling_clip_max: float | None = 3.0
-
-
 @dataclass
 class StageConfig:
     """The training stage (``method``). The post-SFT stages (``dpo``, ``kto``; train/preference.py) train
@@ -286,22 +184,21 @@ class StageConfig:
     one) made from data.train's OVI samples, or read from pair datasets (``builder=preference``), mixed by
     ``data.weights`` as SFT datasets are; ``kto`` on the same pairs unpaired. The reference is the starting
     model (LoRA: the adapter switched off); the held-out pairs (the ``ovi_pairs`` benchmark) report the
-    implicit reward at ``beta``. ``grpo`` (train/grpo.py) samples completions of data.train's items and
-    trains on verifiable rewards (train/rewards.py), with ``stage.grpo``'s settings."""
+    implicit reward at ``preference.beta``. ``grpo`` (train/grpo.py) samples completions of data.train's
+    items and trains on verifiable rewards (train/rewards), with ``stage.grpo``'s settings.
+
+    Each stage's own settings live beside it (``train.stage_settings``: ``preference``,
+    train/preference_config.py; ``grpo``, train/grpo_config.py): ``python -m train`` types them when it
+    registers the schema (:func:`register_configs`), and the run's resolution fills them in where a config
+    was built without them."""
 
     method: StageMethod = StageMethod.sft
     # dpo, kto, grpo: an SFT run's checkpoint to start from (a LoRA adapter is merged into
     # model.name_or_path once, under <run_dir>/start_model; a full checkpoint is used as it is); it is then
     # the run's base and baseline. null: the base itself.
     start_from: str | None = None
-    beta: float = 0.1  # DPO's and KTO's beta: how far the policy may move from the reference
-    # dpo: TRL's DPOConfig.loss_type values, summed: [sigmoid] is DPO, [ipo] IPO, [sigmoid, sft] adds the
-    # chosen reaction's NLL (RPO)
-    loss_type: list[DpoLoss] = field(default_factory=lambda: [DpoLoss.sigmoid])
-    # which pairs train (held-out metrics report both): open (the reaction itself) and/or mcq (the answer
-    # letter and type over a wrong option's, which keeps the MCQ answer format trained)
-    pair_forms: list[ItemForm] = field(default_factory=lambda: [ItemForm.open, ItemForm.mcq])
-    grpo: GrpoConfig = field(default_factory=GrpoConfig)  # grpo: its settings
+    preference: Any = None  # dpo, kto: beta, loss_type, pair_forms (train/preference_config.py)
+    grpo: Any = None  # grpo: its settings (train/grpo_config.py)
 
 
 # When a training's baseline and checkpoints are evaluated. inline: by the training itself, before step 1
@@ -311,13 +208,6 @@ class StageConfig:
 EvalMode = Enum("EvalMode", [("inline", "inline"), ("async", "async")])
 
 
-class InputOrder(Choice):
-    """Where a V2P item's visual-prompt frame goes in its user turn."""
-
-    official = "official"  # video, question, VP frame (the official V2P-Bench inference script)
-    vp_first = "vp_first"  # video, VP frame, question
-
-
 class OviProtocol(Choice):
     """How open-ended OVIBench items are answered (multiple-choice items are the same under both)."""
 
@@ -325,6 +215,14 @@ class OviProtocol(Choice):
     # The model's own answer, cut at interruption_time at 3 tokens/s, then the interruption turn continued
     # from the key/value cache (models/ovi_simulation.py).
     simulated = "simulated"
+
+
+class ServerKind(Choice):
+    """Which server a ``command`` starts, where it matters: GRPO's weight hand-over follows it
+    (``train.grpo_config.HAND_OVER``)."""
+
+    vllm = "vllm"
+    transformers = "transformers"  # transformers serve
 
 
 class VideoTransport(Choice):
@@ -339,7 +237,7 @@ class VideoTransport(Choice):
 class ServerConfig:
     """Evaluation through an OpenAI-compatible server (vLLM, SGLang, ``transformers serve``) instead of
     in-process ``generate``: same benchmarks, scoring, results files and cache; the engine is part of every
-    result's setting, so served and in-process results are never compared with each other (eval/served.py).
+    result's setting, so served and in-process results are never compared with each other (models/served.py).
 
     ``command`` starts a server for each model evaluated (the baseline, every checkpoint: a LoRA checkpoint
     merged into its base first), on a free port, and stops it after; ``{model}`` and ``{port}`` are filled
@@ -356,6 +254,7 @@ class ServerConfig:
     # tokens sampled and corrects for the sampler (stage.grpo.vllm_importance_sampling_*); other servers
     # (transformers serve refuses the field) leave it false, and their replies are tokenized again
     sampled_tokens: bool = False
+    kind: ServerKind | None = None  # which server this is (conf/server sets it); null: another
 
     @property
     def enabled(self) -> bool:
@@ -457,10 +356,14 @@ class EvalRunConfig(RunConfig):
     run_name: str = "eval"
 
 
-def register_configs(benchmark_settings: Mapping[str, type] | None = None) -> None:
-    """Register the schemas that ``conf/train.yaml`` and ``conf/eval.yaml`` extend; with
-    ``benchmark_settings`` (each benchmark's settings dataclass, ``eval.benchmarks.settings_schemas``)
-    ``eval.settings.<name>`` is typed too, so a misspelt benchmark setting fails at compose time."""
+def register_configs(
+    benchmark_settings: Mapping[str, type] | None = None, stage_settings: Mapping[str, type] | None = None
+) -> None:
+    """Register the schemas that ``conf/train.yaml`` and ``conf/eval.yaml`` extend. Settings that a floor
+    above owns are typed when it passes their dataclasses, so that a misspelt one fails at compose time:
+    ``benchmark_settings`` (``eval.benchmarks.settings_schemas``) types ``eval.settings.<name>``,
+    ``stage_settings`` (``train.stage_settings.STAGE_SETTINGS``) types ``stage.<name>``. Left out (launch/
+    composes without them), those nodes take any key."""
     store = ConfigStore.instance()
     typed = {bench: OmegaConf.structured(schema) for bench, schema in (benchmark_settings or {}).items()}
     for name, run_schema in (("train_schema", TrainConfig), ("eval_schema", EvalRunConfig)):
@@ -468,4 +371,9 @@ def register_configs(benchmark_settings: Mapping[str, type] | None = None) -> No
         node.eval.settings = typed
         if not typed:  # untyped (launch/ composes without the benchmarks): eval.settings.X.Y=... still works
             OmegaConf.set_struct(node.eval.settings, False)
+        for stage in ("preference", "grpo") if "stage" in node else ():  # StageConfig's settings nodes
+            schema = (stage_settings or {}).get(stage)
+            node.stage[stage] = OmegaConf.structured(schema) if schema else {}
+            if not schema:  # untyped, as eval.settings is
+                OmegaConf.set_struct(node.stage[stage], False)
         store.store(name=name, node=node)

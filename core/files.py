@@ -215,18 +215,27 @@ def link_or_copy(src: Path, dst: Path) -> None:
             shutil.copy2(src, tmp)
 
 
+def markdown_table(header: list[str], rows: Iterable[list[Any]]) -> list[str]:
+    """The lines of a markdown table: the header, its rule, one line per row (a ``|`` in a cell escaped)."""
+
+    def line(cells: list[Any]) -> str:
+        return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |"
+
+    return [line(header), "|" + "|".join("---" for _ in header) + "|", *map(line, rows)]
+
+
 def crosstab_markdown(pairs: Iterable[tuple[str, str]], row_title: str) -> str:
     """A markdown table counting ``(row, column)`` pairs, with totals."""
     counts = Counter(pairs)
     rows = sorted({r for r, _ in counts}, key=_natural)
     cols = sorted({c for _, c in counts}, key=_natural)
-    lines = [f"| {row_title} | " + " | ".join(cols) + " | total |", "|---" * (len(cols) + 2) + "|"]
+    body = []
     for r in rows:
         cells = [counts[(r, c)] for c in cols]
-        lines.append(f"| {r} | " + " | ".join(map(str, cells)) + f" | {sum(cells)} |")
+        body.append([r, *cells, sum(cells)])
     totals = [sum(counts[(r, c)] for r in rows) for c in cols]
-    lines.append("| total | " + " | ".join(map(str, totals)) + f" | {sum(totals)} |")
-    return "\n".join(lines) + "\n"
+    body.append(["total", *totals, sum(totals)])
+    return "\n".join(markdown_table([row_title, *cols, "total"], body)) + "\n"
 
 
 def _natural(label: str) -> list:

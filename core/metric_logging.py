@@ -28,9 +28,9 @@ from typing import Protocol
 from filelock import FileLock
 
 from core.files import JsonlStore, write_text_atomic
+from core.rundir import RunDir
 
 STEP_KEY = "train/global_step"
-METRICS_FILE = "metrics.jsonl"
 WATCHER_LABEL = "eval-watcher"
 
 
@@ -93,7 +93,7 @@ class WandbLogger:
         keep: where the metrics also are, named in the warning when W&B fails.
     """
 
-    def __init__(self, run, owns_step: bool = True, keep: str = METRICS_FILE):
+    def __init__(self, run, owns_step: bool = True, keep: str = "the local metrics file"):
         self.run, self.owns_step, self.keep = run, owns_step, keep
         self.failed = False
         self._call("define_metric", self._define_step_axis)
@@ -194,7 +194,7 @@ def make_logger(
 
     if not is_main():
         return NullLogger()
-    local = MetricsFile(Path(run_dir) / METRICS_FILE)
+    local = MetricsFile(RunDir(run_dir).metrics_file)
     mode = wandb_mode(mode)
     if not enabled or mode == "disabled":
         return local
@@ -231,7 +231,7 @@ def make_watcher_logger(
     offline it writes its own run directory with that id (``offline-run-…-eval-watcher``), which
     ``wandb sync <run_dir>/wandb`` uploads after the training's, into the same run.
     """
-    local = MetricsFile(Path(run_dir) / METRICS_FILE)
+    local = MetricsFile(RunDir(run_dir).metrics_file)
     mode = wandb_mode(mode)
     if not enabled or mode == "disabled":
         return local
@@ -277,7 +277,7 @@ def _start_wandb(
     except Exception as exc:  # any failure to start W&B must not stop training
         warnings.warn(
             f"W&B could not start ({type(exc).__name__}: {exc}); continuing without it, metrics are kept "
-            f"in {run_dir / METRICS_FILE}",
+            f"in {RunDir(run_dir).metrics_file}",
             stacklevel=3,
         )
         return None
@@ -292,14 +292,14 @@ def _point_wandb_at(run_dir: Path) -> None:
         ("WANDB_CONFIG_DIR", "config"),
         ("WANDB_DATA_DIR", "data"),
     ):
-        os.environ[var] = str(run_dir / "wandb" / sub)
+        os.environ[var] = str(RunDir(run_dir).wandb_dir / sub)
         Path(os.environ[var]).mkdir(parents=True, exist_ok=True)
 
 
 def _run_id(run_dir: Path, run_name: str) -> str:
     """A stable W&B run id per run directory, so a resumed run, and the evaluation watcher of the run,
     log into the same W&B run. Locked: the training and the watcher may start at the same time."""
-    path = run_dir / "wandb" / "run_id"
+    path = RunDir(run_dir).wandb_id_file
     with FileLock(f"{path}.lock"):
         if not path.exists():
             write_text_atomic(path, f"{run_name}-{uuid.uuid4().hex[:8]}")

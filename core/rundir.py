@@ -3,6 +3,7 @@
 A training run and its evaluation (inline, by the watcher, or by ``python -m eval``) share a directory::
 
     <run_dir>/resolved_config.yaml    the run's whole config, typed (rewritten at every start or resume)
+    <run_dir>/.hydra/config.yaml      the config Hydra composed (``python -m train``, ``eval``, ``demo``)
     <run_dir>/checkpoints/checkpoint-N/   saves, N the training step
     <run_dir>/final/                  the last weights
     <run_dir>/final/README.md         their model card in the Hub's format (train/model_card.py)
@@ -11,15 +12,32 @@ A training run and its evaluation (inline, by the watcher, or by ``python -m eva
     <run_dir>/eval/models.json        (name, step) of every model evaluated, the baseline first
     <run_dir>/eval/<model>/<benchmark>.jsonl   per-item predictions, appended as they are made
     <run_dir>/eval/<model>/settings.json       what they were made under, per benchmark
+    <run_dir>/eval/judge_cache.jsonl  the judge's judgements (``judge.cache``'s default)
     <run_dir>/summary.json, report.md the comparison of every model with the baseline
-    <run_dir>/parameters.json, deepspeed.json, metrics.jsonl, wandb/
+    <run_dir>/<figure>.png            the benchmarks' plots beside the report (``ovi_radar.png``)
+    <run_dir>/viewer.html             the results viewer: one page of every item (eval/viewer.py)
+    <run_dir>/response_tables.json    the tables of a scored response file (``python -m eval score_file=``)
+    <run_dir>/metrics.jsonl           every scalar logged (core/metric_logging.py)
+    <run_dir>/wandb/                  the W&B run; ``wandb/run_id`` its id, shared with the watcher
+    <run_dir>/parameters.json         per tower: its parameters, how many train, at which learning rate
+    <run_dir>/deepspeed.json          the DeepSpeed config, as given before the Trainer fills it in
     <run_dir>/plan.json, plan.md      the run planned at its released size (``plan=true``, train/plan.py)
+    <run_dir>/launch.sbatch           the SLURM script ``python -m launch`` submitted
     <run_dir>/data_mix.json           per training dataset: weight, share, samples drawn and used
     <run_dir>/start_model/            a post-SFT stage's starting model: the SFT adapter merged into its base
     <run_dir>/eval/served_weights/<checkpoint>/   a checkpoint as a server loads it (a LoRA one merged)
+    <run_dir>/eval/served_clips/      video clips cut for a server (served evaluation and GRPO's rollouts)
+    <run_dir>/eval/server.log         the log of the server a served evaluation launched
+    <run_dir>/rollout_weights/step-N/ GRPO's policy at step N, as its rollout server loads it (the last kept)
+    <run_dir>/rollout_server.log      the log of the server GRPO's served rollouts launched
+    <run_dir>/grpo_judge_cache.jsonl  the judgements of GRPO's judge reward (``stage.grpo.judge.cache``)
 
-Every file written here is written whole (under a temporary name, then renamed), except the append-only
-results files (:class:`core.files.JsonlStore`).
+A demo's directory (``python -m demo``) holds, beside ``.hydra/``, what the demo saved: ``demo.out_dir``,
+laid out by demo/saving.py as the benchmarks' releases.
+
+Every file written here in one piece is written whole (under a temporary name, then renamed); the results
+files, the judges' caches and ``metrics.jsonl`` are appended to (:class:`core.files.JsonlStore`), and the
+servers' logs grow as the servers write them.
 """
 
 from __future__ import annotations
@@ -32,10 +50,12 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from core import distributed
 from core.config import TrainConfig
 from core.errors import DataError
 from core.files import write_json_atomic, write_text_atomic
+
+# core.distributed imports torch: it is imported where ranks are told apart, so that ``launch`` (which never
+# imports torch) names a run's files here too.
 
 BASELINE = "baseline"  # the model name of the untuned model, evaluated before step 1
 _CHECKPOINT_PREFIX = "checkpoint-"
@@ -63,6 +83,12 @@ class RunDir:
     def write_config(self, cfg: TrainConfig) -> None:
         """Record the run's config (atomically: the watcher may read it the moment it appears)."""
         write_text_atomic(self.config_file, OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+
+    @property
+    def composed_config_file(self) -> Path:
+        """The config Hydra composed for the command that made the run (``hydra.output_subdir``); a
+        standalone evaluation has no resolved config, only this."""
+        return self.path / ".hydra" / "config.yaml"
 
     def read_config(self) -> TrainConfig:
         """The run's config as the training resolved it, typed.
@@ -119,6 +145,8 @@ class RunDir:
     def mark_done(self) -> None:
         """Tell the evaluation watcher that every checkpoint is saved and the training wrote its last file
         (rank 0 writes; call it last)."""
+        from core import distributed
+
         if distributed.is_main():
             write_text_atomic(self.done_file, "done\n")
 
@@ -138,6 +166,8 @@ class RunDir:
 
     def write_quarantine(self, name: str, entries: list[dict]) -> None:
         """List the items left out (``{"id", "file", "reason"}`` each); rank 0 writes."""
+        from core import distributed
+
         if distributed.is_main():
             write_json_atomic(self.quarantine_file(name), entries, indent=2)
 
@@ -187,6 +217,77 @@ class RunDir:
     def report_file(self) -> Path:
         return self.path / "report.md"
 
+    def figure_file(self, name: str) -> Path:
+        """A benchmark's plot beside the report, by its file name (``ovi_radar.png``)."""
+        return self.path / name
+
+    def figure_files(self) -> list[Path]:
+        """Every plot beside the report (PNG), by name."""
+        return sorted(self.path.glob("*.png"))
+
+    @property
+    def viewer_file(self) -> Path:
+        """The results viewer's page (eval/viewer.py), written beside the report."""
+        return self.path / "viewer.html"
+
+    @property
+    def judge_cache_file(self) -> Path:
+        """The evaluation judge's judgements (``judge.cache`` points here unless set)."""
+        return self.eval_dir / "judge_cache.jsonl"
+
+    @property
+    def response_tables_file(self) -> Path:
+        """The tables of a response file scored by ``python -m eval score_file=...``."""
+        return self.path / "response_tables.json"
+
+    # -- served models -------------------------------------------------------------------------------
+
+    @property
+    def served_clips_dir(self) -> Path:
+        """Video clips cut for a model server (served evaluation and GRPO's served rollouts alike)."""
+        return self.eval_dir / "served_clips"
+
+    @property
+    def server_log_file(self) -> Path:
+        """The output of the server a served evaluation launched."""
+        return self.eval_dir / "server.log"
+
+    @property
+    def rollout_weights_dir(self) -> Path:
+        """Where GRPO writes the policy for its rollout server, one directory per step."""
+        return self.path / "rollout_weights"
+
+    def rollout_weights(self, step: int) -> Path:
+        """The policy at training step ``step``, as GRPO's rollout server loads it."""
+        return self.rollout_weights_dir / f"step-{step}"
+
+    @property
+    def rollout_server_log_file(self) -> Path:
+        """The output of the server GRPO's served rollouts launched."""
+        return self.path / "rollout_server.log"
+
+    @property
+    def grpo_judge_cache_file(self) -> Path:
+        """The judgements of GRPO's judge reward (``stage.grpo.judge.cache`` points here unless set)."""
+        return self.path / "grpo_judge_cache.jsonl"
+
+    # -- metrics -------------------------------------------------------------------------------------
+
+    @property
+    def metrics_file(self) -> Path:
+        """Every scalar logged, one JSON line each (core/metric_logging.py)."""
+        return self.path / "metrics.jsonl"
+
+    @property
+    def wandb_dir(self) -> Path:
+        """The W&B run's files (W&B names what is inside, but for :attr:`wandb_id_file`)."""
+        return self.path / "wandb"
+
+    @property
+    def wandb_id_file(self) -> Path:
+        """The W&B run's id, so that a resumed run and its watcher log into the same W&B run."""
+        return self.wandb_dir / "run_id"
+
     # -- training records ----------------------------------------------------------------------------
 
     @property
@@ -200,6 +301,11 @@ class RunDir:
     @property
     def plan_report_file(self) -> Path:
         return self.path / "plan.md"
+
+    @property
+    def launch_script_file(self) -> Path:
+        """The SLURM script ``python -m launch`` wrote and submitted."""
+        return self.path / "launch.sbatch"
 
     @property
     def deepspeed_file(self) -> Path:
@@ -247,6 +353,8 @@ def checkpoint_is_complete(checkpoint: Path) -> bool:
             zipfile.ZipFile(torch_file).close()
     except (OSError, ValueError, zipfile.BadZipFile):
         return False
+    from core import distributed
+
     per_rank_rng = list(checkpoint.glob("rng_state_*.pth"))
     if not per_rank_rng:
         return True

@@ -1,5 +1,6 @@
-"""The closed vocabularies every package speaks: OVI interruption types and item forms, and the
-visual-prompt shapes. One spelling each; a mix or a table of them is keyed by these, never by position."""
+"""The closed vocabularies every package speaks: OVI interruption types, item forms, the phrase banks'
+names, and the visual-prompt shapes. One spelling each; a mix or a table of them is keyed by these, never by
+position."""
 
 from __future__ import annotations
 
@@ -58,13 +59,27 @@ PAPER_MIX: dict[InterruptionType, int] = {
 
 
 class ItemForm(Choice):
-    """How an OVI item is written."""
+    """How an item is asked; a sample carries it as ``meta["format"]`` (an OVIBench row's ``format``). An
+    OVI item is written in either form; a V2P item is multiple choice as released (no ``format`` in its
+    meta), and GRPO also asks it open (``stage.grpo.v2p_forms``)."""
 
-    mcq = "mcq"  # four continuations to choose from, and the interruption type to name
-    open = "open"  # the reaction in words, scored by the judge
+    mcq = "mcq"  # options to choose from (OVI: four continuations, and the interruption type to name)
+    open = "open"  # answered in words (OVI: the reaction, scored by the judge; V2P: without its options)
 
 
 ITEM_FORMS: tuple[str, ...] = tuple(form.value for form in ItemForm)
+
+
+class Phrasing(Choice):
+    """The phrase bank an OVI interruption's words came from, as a row records it (``phrasing``); the banks
+    themselves are data_builders/phrasings.py's, keyed by these names."""
+
+    train = "train"  # OVI-Train's
+    eval = "eval"  # the OVIBench twin's
+    paraphrased = "paraphrased"  # casual spoken wording, a share of the twin's items
+
+
+PHRASINGS: tuple[str, ...] = tuple(bank.value for bank in Phrasing)
 
 
 class PromptShape(Choice):

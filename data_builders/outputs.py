@@ -1,7 +1,7 @@
 """What every builder leaves in its ``out`` folder beside its release files: one tail for all of them.
 
 - ``hf/``: the training set, the samples the release format's own loader makes of the written files
-  (:func:`~data_builders.ovi_format.release_ovibench`, :func:`~data_builders.v2p_format.release_v2p`), never
+  (:func:`~core.formats.ovi.release_ovibench`, :func:`~core.formats.v2p.release_v2p`), never
   the rows in memory, so training sees exactly what the benchmark loader sees;
 - ``stats.md`` and ``build_info.json``: the build's summary for people and for machines (a
   :class:`BuildReport`; a build that writes its own summary, as the OVI-Train composition does, gives none).

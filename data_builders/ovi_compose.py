@@ -33,13 +33,13 @@ from typing import Any
 import numpy as np
 
 from core.errors import ConfigError, DataError, DataErrors
-from core.files import link_or_copy, read_jsonl, write_json_atomic, write_text_atomic
+from core.files import link_or_copy, markdown_table, read_jsonl, write_json_atomic, write_text_atomic
+from core.formats.ovi import OVI_FILE, release_ovibench
 from core.text_models import TextBackend
 from core.vocab import PAPER_MIX, InterruptionType
 from data_builders.build import BUILDER_VERSION
 from data_builders.cli_config import OviSourceBuild, OviTrainBuild, OviTrainPaperBuild
 from data_builders.outputs import save_build
-from data_builders.ovi_format import OVI_FILE, release_ovibench
 from data_builders.phrasings import PHRASINGS_VERSION
 from data_builders.questions import NOT_THE_PAPERS, QuestionConfig
 
@@ -250,7 +250,7 @@ def _write_composition(
         "questions": questions_line(paper_questions(cfg.questions)),
     }
     write_json_atomic(out / COMPOSITION_JSON, record, indent=2)
-    table = _table(compositions, total_target, total_achieved)
+    table = _composition_table(compositions, total_target, total_achieved)
     forms = ", ".join(record["forms"])
     text = (
         f"# OVI-Train composition\n\nInstances ({INSTANCE}: {forms}; {rows} rows) by source and type, "
@@ -262,10 +262,10 @@ def _write_composition(
     return table
 
 
-def _table(
+def _composition_table(
     compositions: list[SourceComposition], total_target: dict[str, int], total_achieved: dict[str, int]
 ) -> str:
-    lines = ["| source | " + " | ".join(TYPES) + " | total | status |", "|---" * (len(TYPES) + 3) + "|"]
+    rows = []
     for c in compositions:
         cells = [_cell(c.achieved.get(kind, 0), c.target[kind]) for kind in TYPES]
         total = _cell(sum(c.achieved.values()), sum(c.target.values()))
@@ -273,11 +273,11 @@ def _table(
         if c.status != "skipped" and c.achieved != c.target:
             built = ", ".join(f"{c.available[k]} {k}" for k in TYPES if c.available[k] < c.target[k])
             status += f"; short: only {built} built"
-        lines.append(f"| {c.name} | " + " | ".join(cells) + f" | {total} | {status} |")
+        rows.append([c.name, *cells, total, status])
     cells = [_cell(total_achieved[kind], total_target[kind]) for kind in TYPES]
     total = _cell(sum(total_achieved.values()), sum(total_target.values()))
-    lines.append("| total | " + " | ".join(cells) + f" | {total} | |")
-    return "\n".join(lines) + "\n"
+    rows.append(["total", *cells, total, ""])
+    return "\n".join(markdown_table(["source", *TYPES, "total", "status"], rows)) + "\n"
 
 
 def _cell(achieved: int, target: int) -> str:

@@ -7,7 +7,7 @@ seen; the answer is cut at a word offset between 30% and 70%, and an interruptio
 types is inserted there, timed at a fixed speaking rate. The reference reaction is a stop
 acknowledgement (Cancellation), the rest of the answer (False Trigger) or the answer to the corrected
 question (Correction). Each instance is written in open and/or multiple-choice form, as rows of
-:mod:`data_builders.ovi_format`, with the captions seen by the interruption as its ``visual_evidence``
+:mod:`core.formats.ovi`, with the captions seen by the interruption as its ``visual_evidence``
 (the LLM judge's text stand-in for the frames).
 
 Every item can be interrupted: the interruption comes at least ``min_spoken_s`` after the question (3
@@ -45,10 +45,10 @@ import numpy as np
 
 from core.errors import ConfigError, DataError
 from core.files import crosstab_markdown, link_or_copy
+from core.formats.ovi import LETTERS, release_ovibench
 from core.vocab import INTERRUPTION_TYPES, ITEM_FORMS, InterruptionType, by_type
 from data_builders.cli_config import OviTrainBuild
 from data_builders.outputs import BuildReport, save_build
-from data_builders.ovi_format import LETTERS, release_ovibench
 from data_builders.phrasings import BANKS, PHRASINGS_VERSION, PhraseBank, Phrasings
 from data_builders.questions import (
     NOT_THE_PAPERS,
@@ -374,7 +374,7 @@ def build_ovi_train(cfg: OviTrainBuild) -> Path:
     Serves both OVI-Train and, on held-out videos, the synthetic OVIBench. Rows as in
     :func:`build_ovi_items`; a model's question cache defaults to ``<out>/question_cache.jsonl``. The HF
     dataset holds what the benchmark loader makes of the written files
-    (:func:`~data_builders.ovi_format.release_ovibench`), so training sees exactly what it produces.
+    (:func:`~core.formats.ovi.release_ovibench`), so training sees exactly what it produces.
 
     Returns:
         ``cfg.out`` as a path.

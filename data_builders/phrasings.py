@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 
 from core.choice import Choice
+from core.vocab import PHRASINGS
 
 PHRASINGS_VERSION = 2  # 2: no phrasing of one bank inside another bank's ("Go on." in "mmm go on")
 
@@ -399,4 +400,6 @@ PARAPHRASED = Phrasings(
     casual=True,
 )
 
+# Keyed by the names rows record (core.vocab.Phrasing), which the release format checks without the banks.
 BANKS: dict[str, Phrasings] = {bank.name: bank for bank in (TRAIN, EVAL, PARAPHRASED)}
+assert tuple(BANKS) == PHRASINGS, f"the banks {tuple(BANKS)} are not core.vocab.Phrasing's {PHRASINGS}"

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from core.errors import ConfigError
+from core.formats.v2p import parse_options, render_question
 from core.text_models import TextModel, TextModelConfig, TextModelError, make_text_model
-from data_builders.v2p_format import parse_options, render_question
 
 _IDS_IN_STATS = 20  # removed ids listed in stats.md per step; build_info.json has them all
 

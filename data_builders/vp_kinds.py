@@ -5,7 +5,7 @@ A row says what the kind is called (``builder.kinds`` lists these names, :class:
 about a target at all (``supports``), how a question of it is made (``make``: an item, or None when this
 target, frame or draw does not give a clear question), and its ``category``: the code rows carry (our own;
 the V2P-Bench release leaves the field undocumented). Dimension ids are those of
-:data:`data_builders.v2p_format.DIMENSIONS`. Adding a kind is adding a row.
+:data:`core.formats.v2p.DIMENSIONS`. Adding a kind is adding a row.
 
 ==========  ==========  ========  ====================================  ================================
 kind        dimension   category  options                               needs

@@ -24,12 +24,12 @@ from tqdm import tqdm
 
 from core.errors import ConfigError, DataError, DecodeError
 from core.files import atomic_path, crosstab_markdown, link_or_copy
+from core.formats.v2p import DIMENSIONS, release_v2p, render_question
 from core.text_models import TextModel
 from data_builders.cli_config import VpSftBuild
 from data_builders.outputs import BuildReport, save_build
 from data_builders.qc import QcStep, make_blind_models, qc_markdown, run_qc
 from data_builders.sources.tracks import TRACK_FORMATS, load_generic_track, read_tracks
-from data_builders.v2p_format import DIMENSIONS, release_v2p, render_question
 from data_builders.visual_prompts import (
     PROMPT_COLOURS,
     PROMPT_NOUNS,
@@ -200,7 +200,7 @@ def build_vp_sft(cfg: VpSftBuild, *, blind_models: Sequence[TextModel] | None = 
     """Build visual-prompt QA from the object tracks of ``cfg.world``, with quality control.
 
     Writes ``<out>/v2p/`` (release format), ``<out>/hf/`` (the samples the benchmark loader makes of it,
-    :func:`~data_builders.v2p_format.release_v2p`, so training sees what it produces), ``<out>/stats.md`` and
+    :func:`~core.formats.v2p.release_v2p`, so training sees what it produces), ``<out>/stats.md`` and
     ``<out>/build_info.json`` (with every QC step's removals), and, for frame-folder sources, the encoded
     videos under ``<out>/source_videos/``.
 

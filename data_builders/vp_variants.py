@@ -20,7 +20,7 @@ from typing import Any
 
 from core.errors import DataError
 from core.files import read_json_object, read_jsonl
-from data_builders.v2p_format import RELEASE_FILE
+from core.formats.v2p import RELEASE_FILE
 
 # Attribute sets tried in order: the fullest description first, then ones that leave out a word that
 # would give the answer away (a colour question cannot call its target "the red circle").
@@ -53,7 +53,7 @@ class Target:
 
 
 def load_targets(release_root: str | Path) -> dict[str, Target]:
-    """Per row id (as :func:`~data_builders.v2p_format.load_v2p_release` names the samples), its target.
+    """Per row id (as :func:`~core.formats.v2p.load_v2p_release` names the samples), its target.
 
     Rows without ``target_id``, or whose track lacks that object, are left out.
 

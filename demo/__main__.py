@@ -29,26 +29,25 @@ def serve(config: DemoConfig) -> None:
     from eval.run_models import open_models
     from models.loading import default_device
 
-    run = resolve(config)  # a checkpoint: its run's base and media spec, as `python -m eval` takes it
+    run = resolve(config.as_evaluation())  # a checkpoint: its run's base and media spec
     settings = config.demo
     models = open_models(run, FrameCache(run.cfg.data.frame_cache), device=default_device(), serve=False)
-    with models.predictor(run.checkpoint) as predictor:
-        session = LiveSession(
-            predictor.model, models.chat, settings.max_new_tokens, settings.max_new_tokens_reaction,
-            settings.token_delay_s,
-        )  # fmt: skip
-        state = DemoState(session, Path(settings.out_dir), settings.max_frames, settings.tokens_per_second)
-        if settings.video:
-            state.load_video(Path(settings.video))
-        server = make_server(state, settings.host, settings.port)
-        host, port = server.server_address[:2]
-        print(f"demo: http://{host}:{port}/  (saved items: {Path(settings.out_dir).resolve()})", flush=True)
-        try:
-            server.serve_forever()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            server.server_close()
+    session = LiveSession(
+        models.model(run.checkpoint), models.chat, settings.max_new_tokens,
+        settings.max_new_tokens_reaction, settings.token_delay_s,
+    )  # fmt: skip
+    state = DemoState(session, Path(settings.out_dir), settings.max_frames, settings.tokens_per_second)
+    if settings.video:
+        state.load_video(Path(settings.video))
+    server = make_server(state, settings.host, settings.port)
+    host, port = server.server_address[:2]
+    print(f"demo: http://{host}:{port}/  (saved items: {Path(settings.out_dir).resolve()})", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="demo")

@@ -1,14 +1,13 @@
-"""The typed config of ``python -m demo`` (``conf/demo.yaml``): ``python -m eval``'s, plus ``demo.*``."""
+"""The typed config of ``python -m demo`` (``conf/demo.yaml``): the run's model and media, the checkpoint
+to load, and ``demo.*``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import OmegaConf
 
-from core.config import EvalRunConfig
-from eval.benchmarks import settings_schemas
+from core.config import EvalRunConfig, RunConfig
 from models.ovi_simulation import DEFAULT_TOKENS_PER_SECOND
 
 
@@ -30,15 +29,22 @@ class DemoSettings:
 
 
 @dataclass
-class DemoConfig(EvalRunConfig):
+class DemoConfig(RunConfig):
     """A model (``model=``) or a training checkpoint (``checkpoint=``), as ``python -m eval`` loads it."""
 
+    # A training checkpoint (<run_dir>/checkpoints/checkpoint-N, LoRA or full), on its run's base and media.
+    checkpoint: str | None = None
     demo: DemoSettings = field(default_factory=DemoSettings)
     run_name: str = "demo"
 
+    def as_evaluation(self) -> EvalRunConfig:
+        """The evaluation of the same model (``python -m eval checkpoint=…``), which the demo's run is
+        resolved as: the model loads as the evaluation loads it."""
+        run = {f.name: getattr(self, f.name) for f in fields(RunConfig)}
+        return EvalRunConfig(**run, checkpoint=self.checkpoint)
+
 
 def register_demo_config() -> None:
-    """Register ``demo_schema`` (``conf/demo.yaml`` extends it), benchmark settings typed as in eval's."""
-    node = OmegaConf.structured(DemoConfig)
-    node.eval.settings = {name: OmegaConf.structured(s) for name, s in settings_schemas().items()}
-    ConfigStore.instance().store(name="demo_schema", node=node)
+    """Register ``demo_schema``, which ``conf/demo.yaml`` extends (the demo evaluates nothing: its
+    ``eval.settings`` stay untyped)."""
+    ConfigStore.instance().store(name="demo_schema", node=DemoConfig)

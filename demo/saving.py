@@ -2,12 +2,12 @@
 ``python -m eval`` replays it (``eval.settings.ovi.root=<out_dir>/ovibench`` or
 ``eval.settings.v2p.root=<out_dir>/v2p``).
 
-- OVIBench (``data_builders.ovi_format``): an open-ended item; the question over the whole video, the
+- OVIBench (``core.formats.ovi``): an open-ended item; the question over the whole video, the
   model's own answer as the partial answer, the interruption at ``t_q + (tokens + ½) / rate`` so that the
   simulation (``interruption_cut``, at the same rate) cuts the replayed answer after the same token; the
   reaction the model gave as the reference unless one is given. OVIBench rows have no visual-prompt frame:
   a drawing is not part of this item (the reply says so).
-- V2P-Bench (``data_builders.v2p_format``): the question with its options and the right letter, the video,
+- V2P-Bench (``core.formats.v2p``): the question with its options and the right letter, the video,
   and the drawn frame (PNG: the same pixels), its shape, style and box recorded as the synthetic twin
   records them.
 """
@@ -21,8 +21,8 @@ from typing import Any
 
 from core.errors import DataError
 from core.files import read_jsonl
-from data_builders.ovi_format import OVI_FILE, release_ovibench
-from data_builders.v2p_format import DIMENSIONS, RELEASE_FILE, parse_options, release_v2p
+from core.formats.ovi import OVI_FILE, release_ovibench
+from core.formats.v2p import DIMENSIONS, RELEASE_FILE, parse_options, release_v2p
 from demo.session import Exchange
 from demo.video import Drawing
 

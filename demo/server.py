@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from core.errors import UserError
-from data_builders.v2p_format import render_question
+from core.formats.v2p import render_question
 from demo.saving import save_ovi, save_v2p
 from demo.session import LiveSession, Question
 from demo.video import TOOLS, Drawing, Video, encode

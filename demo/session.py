@@ -1,12 +1,12 @@
 """One live exchange: the answer streamed token by token, cut where the user interrupts, the interruption
 entered into the running generation, the reaction streamed.
 
-The answer is decoded greedily by ``models.greedy.GreedyDecoder`` one token at a time from the prompt
-OVIBench's simulation encodes (``models.ovi_simulation.prepare_inputs``); between two tokens the session
-looks for an interruption. When one came, the answer is cut there (its last token sampled, never fed) and
-``models.ovi_simulation.append_interruption`` appends the interruption turn to the same key/value cache,
-exactly as the offline simulation does after ``cut_tokens`` answer tokens. So an exchange saved as an
-OVIBench item and replayed by ``python -m eval`` (cut at the same token: ``demo.saving``) gives the same
+The answer is decoded greedily by ``models.cached_decoder.CachedDecoder`` one token at a time from the
+prompt OVIBench's simulation encodes (``models.ovi_simulation.prepare_inputs``); between two tokens the
+session looks for an interruption. When one came, the answer is cut there (its last token sampled, never
+fed) and ``models.ovi_simulation.append_interruption`` appends the interruption turn to the same key/value
+cache, exactly as the offline simulation does after ``cut_tokens`` answer tokens. So an exchange saved as
+an OVIBench item and replayed by ``python -m eval`` (cut at the same token: ``demo.saving``) gives the same
 answer and the same reaction, as the tests check.
 """
 
@@ -23,9 +23,10 @@ import torch
 
 from core.sample import Part, Sample, Turn
 from core.vocab import InterruptionType
+from models.batch import to_device
+from models.cached_decoder import CachedDecoder
 from models.chat import VideoChatAdapter
-from models.greedy import GreedyDecoder
-from models.ovi_simulation import MIN_CUT_TOKENS, append_interruption, prepare_inputs, to_device
+from models.ovi_simulation import MIN_CUT_TOKENS, append_interruption, prepare_inputs
 
 # The words of an interruption the user does not type (a typed correction brings its own).
 SPOKEN = {
@@ -145,7 +146,7 @@ class LiveSession:
             while not self._pending.empty():  # an interruption left from the exchange before
                 self._pending.get_nowait()
             exchange = self.exchange = Exchange(question)
-            decoder = GreedyDecoder(self.model, self.adapter)
+            decoder = CachedDecoder(self.model, self.adapter)
             # The prompt as the simulation encodes it; the interruption's words do not change it.
             inputs = prepare_inputs(self.adapter, conversation(question, "…"))
             prefix = to_device(inputs.prefix, decoder.device)
@@ -175,7 +176,7 @@ class LiveSession:
             emit({"event": "done", "interrupted": True, "reaction": exchange.reaction})
             return exchange
 
-    def _answer(self, decoder: GreedyDecoder, logits, exchange: Exchange, emit) -> Interruption | None:
+    def _answer(self, decoder: CachedDecoder, logits, exchange: Exchange, emit) -> Interruption | None:
         """Decode the answer a token at a time until it ends, reaches its limit or is interrupted (after at
         least ``MIN_CUT_TOKENS``, as the simulation never cuts sooner); the interruption, if any."""
         while len(exchange.answer_ids) < self.max_new_tokens:
@@ -205,8 +206,8 @@ class LiveSession:
             "words": exchange.interruption.words,
         }
 
-    def _react(self, decoder: GreedyDecoder, logits, exchange: Exchange, emit) -> None:
-        # Token by token, as GreedyDecoder.decode steps (the simulation decodes the reaction in one call).
+    def _react(self, decoder: CachedDecoder, logits, exchange: Exchange, emit) -> None:
+        # Token by token, as CachedDecoder.decode steps (the simulation decodes the reaction in one call).
         while len(exchange.reaction_ids) < self.max_new_tokens_reaction:
             tokens, stopped = decoder.decode(logits, 1)
             if stopped:

@@ -7,13 +7,12 @@
     python -m eval score_file=/data/V2P-Bench/responses.jsonl run_name=score_qwen   # no model runs
     python -m eval data=synthetic show_prompt=ITEM_ID   # the exact prompt of one item, as rendered
     python -m eval compare RESULTS_A RESULTS_B --out DIR   # paired comparison (eval/compare.py)
-    python -m eval view RUN_DIR   # the results viewer: one self-contained HTML page (eval/viewer.py)
+    python -m eval view RUN_DIR   # the results viewer: one self-contained HTML page (eval/view.py)
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -38,7 +37,7 @@ def main(cfg: DictConfig) -> None:
     elif config.score_file:  # score a response file; no model runs
         from eval.score_responses import score_file
 
-        tables = Path(config.run_dir) / "response_tables.json"
+        tables = RunDir(config.run_dir).response_tables_file
         run_cli(lambda: print(score_file(config.score_file, tables), end=""))
     else:
         run_cli(lambda: _print_result(run(config), RunDir(config.run_dir)))
@@ -55,8 +54,8 @@ if __name__ == "__main__":
         from eval.compare import main as compare_main
 
         compare_main(sys.argv[2:])
-    elif sys.argv[1:2] == ["view"]:  # the results viewer of a run directory (eval/viewer.py)
-        from eval.viewer import main as view_main
+    elif sys.argv[1:2] == ["view"]:  # the results viewer of a run directory (eval/view.py)
+        from eval.view import main as view_main
 
         view_main(sys.argv[2:])
     else:

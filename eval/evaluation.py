@@ -1,84 +1,43 @@
 """The evaluation of a run: its benchmarks, evaluated on any model the run produces.
 
 ``Evaluation`` is built once, from the resolved run (``core.run.Run``), by the training (inline
-evaluation), the evaluation watcher and ``python -m eval`` alike; it is the one entry training uses. Each
-model comes as a predictor (``eval.predictor``: in process, or served); ``evaluate`` takes it through three
-jobs, each in a module of its own:
+evaluation), the evaluation watcher and ``python -m eval`` alike; it is the one entry training uses. It
+loads the run's benchmarks (``eval.suites``); each model comes as a predictor (``eval.predictor``: in
+process, or served), and ``evaluate`` takes it through three jobs, each in a module of its own:
 
 1. predict what is missing (``eval.generation``: answers generated, or completions' log-likelihoods;
    sharded over ranks, resumed, shared through the results cache);
 2. judge what is pending (``eval.judging``: open-ended items, when a judge is configured);
-3. write the outputs (``eval.outputs``: ``summary.json``, ``report.md``, metrics and tables to W&B), scoring
-   every stored prediction afresh (``eval.scored``).
+3. write the outputs (``eval.outputs``: ``summary.json``, ``report.md``, metrics and tables to W&B; and
+   ``eval.viewer``: ``viewer.html``), scoring every stored prediction afresh (``eval.scored``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core import distributed
-from core.config import EvalConfig
-from core.decoding import MediaSpec
 from core.files import JsonlStore, write_json_atomic
-from core.media import FrameCache, check_media
-from core.metric_logging import METRICS_FILE, MetricLogger
+from core.media import FrameCache
+from core.metric_logging import MetricLogger
 from core.run import Run
-from core.rundir import RunDir
-from core.sample import Sample
-from eval.benchmarks import BENCHMARKS, settings_of
-from eval.benchmarks.base import Benchmark, Settings, SummaryContext
+from eval.benchmarks.base import Benchmark, SummaryContext
 from eval.generation import Generation, current_records
 from eval.headline import headline
 from eval.judging import Judging, judge_summary, make_judge
 from eval.outputs import log_model, write_summary
-from eval.predictor import NotServed, Predictor
-from eval.results_cache import ResultsCache, Weights, item_fingerprint
+from eval.predictor import Predictor
+from eval.results_cache import ResultsCache, Weights
 from eval.rubrics import RUBRIC_VERSION
 from eval.scored import scored_record
-from eval.served import ENGINE
+from eval.suites import StoredResults, Suite, load_suites
 from eval.training_curves import training_curves
-from eval.viewer import write_viewer_quietly
+from eval.viewer import Viewer
 from models.chat import chat_format_for, follows_on
 from models.loading import resolve_dtype
-
-
-@dataclass
-class Suite:
-    """One benchmark of a run, ready to evaluate: its settings, its items, and how their predictions are
-    stamped."""
-
-    bench: Benchmark
-    settings: Settings
-    samples: list[Sample]
-    made_with: dict[str, Any]  # everything but the weights that changes a prediction, readable
-    items: dict[str, str] = field(default_factory=dict)  # item id -> fingerprint
-    info: dict[str, Any] = field(default_factory=dict)  # a derived benchmark's account of its items
-
-    @property
-    def setting(self) -> str:
-        """The digest every result record is stamped with (eval.generation)."""
-        return _digest(self.made_with)
-
-
-@dataclass
-class StoredResults:
-    """One model's results as a summary reads them, per benchmark: the records that answer today's items
-    under today's settings (in item order), their scores, and why other stored records are left out."""
-
-    records: dict[str, list[dict]]
-    scored: dict[str, list[dict]]
-    left_out: dict[str, str]
-
-    def tables(self) -> dict[str, list[dict]]:
-        """Per-item tables for W&B: each record with its scores and categories."""
-        return {
-            bench: [{**record, **row} for record, row in zip(records, self.scored[bench], strict=True)]
-            for bench, records in self.records.items()
-        }
+from models.served import ENGINE, NotServed
 
 
 class Evaluation:
@@ -110,6 +69,8 @@ class Evaluation:
             common["engine"] = ENGINE
         follow_on = follows_on(cfg.model.family)
         self.suites = load_suites(cfg.eval, cfg.media, cache, run.dir, common, follow_on=follow_on)
+        # After the media check, which filled the run's frame cache: the page reads its clips from it.
+        self.viewer = Viewer(run.dir, cfg.media, cfg.data.frame_cache, follow_on)
 
     # -- evaluating a model --------------------------------------------------------------------------
 
@@ -248,7 +209,7 @@ class Evaluation:
             "quarantine": self._quarantine(),
             "judge": judge_summary(self.judge, self.cfg.judge.metrics),
         }
-        curves = training_curves(self.run_dir.path / METRICS_FILE)
+        curves = training_curves(self.run_dir.metrics_file)
         if curves:
             extra["training"] = curves
         described = {bench: self._described(suite, scored) for bench, suite in self.suites.items()}
@@ -258,7 +219,7 @@ class Evaluation:
         summary = write_summary(
             self.run_dir, models, scored, extra, self.cfg.eval.bootstrap_resamples, described, self.benchmarks
         )
-        write_viewer_quietly(self, summary, stored)  # viewer.html beside the report (eval/viewer.py)
+        self.viewer.write_quietly(self.suites, summary, stored)  # viewer.html beside the report
         return summary, stored
 
     def _described(self, suite: Suite, scored: dict[str, dict[str, list[dict]]]) -> dict[str, Any]:
@@ -293,47 +254,9 @@ class Evaluation:
         return {name: found for name, found in counts.items() if name == "train" or name in self.suites}
 
 
-def load_suites(
-    cfg: EvalConfig,
-    media: MediaSpec,
-    cache: FrameCache,
-    run_dir: RunDir,
-    common: dict[str, Any],
-    *,
-    follow_on: bool = True,
-) -> dict[str, Suite]:
-    """The configured benchmarks' items, media-checked (a quarantine file per benchmark), in config order;
-    ``cfg`` as ``eval.benchmarks.resolve_settings`` returned it; ``follow_on`` as the model family samples a
-    video's later spans (``models.chat.follows_on``)."""
-    suites: dict[str, Suite] = {}
-    for name in sorted(cfg.benchmarks, key=lambda n: BENCHMARKS[n].source is not None):  # sources first
-        bench = BENCHMARKS[name]
-        settings = settings_of(bench, cfg)
-        made_with = {"benchmark": name, "version": bench.version, **common, **bench.made_with(settings)}
-        if bench.source is None:
-            samples = bench.load(settings)
-            samples, bad = check_media(
-                samples[: cfg.limit] if cfg.limit else samples, media, cache, desc=name, follow_on=follow_on
-            )
-            run_dir.write_quarantine(f"eval_{name}", bad)
-            suites[name] = Suite(bench, settings, samples, made_with)
-            continue
-        derived = bench.derive(suites[bench.source].samples, settings)
-        info = {**derived.info, "n_items": len(derived.samples)}
-        suites[name] = Suite(bench, settings, derived.samples, made_with, info=info)
-    for suite in suites.values():
-        suite.items = {sample.id: item_fingerprint(sample) for sample in suite.samples}
-    order = {name: i for i, name in enumerate(cfg.benchmarks)}
-    return dict(sorted(suites.items(), key=lambda pair: order[pair[0]]))
-
-
 def _note(key: str, value: Any) -> dict[str, Any]:
     return {} if value is None else {key: value}
 
 
 def _read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else {}
-
-
-def _digest(value: Any) -> str:
-    return hashlib.sha1(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from core.files import atomic_path
+from core.rundir import RunDir
 from eval.rubrics import ALL_TYPES, BINARY, METRICS
 from eval.summary_schema import reference_name
 
@@ -79,7 +80,7 @@ def write_radar(summary: dict[str, Any], run_dir: str | os.PathLike[str]) -> Pat
     for index, (kind, panel) in enumerate(panels.items(), start=1):
         ax = _draw_panel(figure.add_subplot(1, len(panels), index, projection="polar"), kind, panel)
     figure.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2)
-    path = Path(run_dir) / RADAR_FILE
+    path = RunDir(run_dir).figure_file(RADAR_FILE)
     with atomic_path(path) as tmp:
         figure.savefig(tmp, format="png", dpi=100)
     return path

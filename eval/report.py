@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.files import write_text_atomic
+from core.files import markdown_table, write_text_atomic
 from core.rundir import BASELINE, RunDir
 from eval.benchmarks import BENCHMARKS
 from eval.rubrics import METRICS as JUDGED_METRICS
@@ -229,7 +229,7 @@ def _headline_table(
         if names:
             row += _delta_cells(graded(key), metric["checkpoints"].get(names[-1]))
         rows.append(row)
-    lines = ["### Overall", "", *_table(header, rows), ""]
+    lines = ["### Overall", "", *markdown_table(header, rows), ""]
     means = [key for key in overall if graded(key)]
     if means:
         lines += [
@@ -274,7 +274,7 @@ def _category_tables(
             rows.append(row)
         scale = f" (mean{', 1–10' if _ten_point(name) else ''})" if graded(name) else ""
         compared = f"{reference} vs {last}" if last else reference
-        lines += [f"### {name}{scale} by {category} ({compared})", "", *_table(columns, rows), ""]
+        lines += [f"### {name}{scale} by {category} ({compared})", "", *markdown_table(columns, rows), ""]
     return lines
 
 
@@ -329,11 +329,6 @@ def _p_value(p: float | None) -> str:
     if p is None:
         return _MISSING
     return "<0.001" if p < 0.001 else f"{p:.3f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return lines + ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
 
 
 def _training_section(training: dict[str, Any] | None) -> list[str]:

@@ -13,9 +13,9 @@ from core.errors import ConfigError
 from core.media import FrameCache
 from core.run import Run
 from eval.predictor import InProcess, Predictor
-from eval.served import served_weights, serving
 from models.chat import VideoChatAdapter, make_adapter
 from models.loading import CheckpointModels, is_adapter, load_base, load_model, load_processor
+from models.served import served_weights, serving
 
 
 class RunModels:
@@ -54,18 +54,19 @@ class RunModels:
 
     @contextmanager
     def predictor(self, checkpoint: Path | None = None) -> Iterator[Predictor]:
-        """The predictor of a checkpoint of the run (None: the base) for the block: in process (a LoRA
-        checkpoint's adapter swapped onto the one base; a full checkpoint loaded whole, without the base),
-        or served for the block (a LoRA checkpoint merged into its base first)."""
+        """The predictor of a checkpoint of the run (None: the base) for the block: in process
+        (:meth:`model`), or served for the block (a LoRA checkpoint merged into its base first)."""
         if self.serve:
             root = self.run.dir.served_weights_dir
             weights = served_weights(self.run.cfg.model, checkpoint, self.processor, root)
             with serving(self.run.cfg, weights, self.chat, self.run.dir) as served:
                 yield served
             return
-        yield self.of(self._model(checkpoint))
+        yield self.of(self.model(checkpoint))
 
-    def _model(self, checkpoint: Path | None):
+    def model(self, checkpoint: Path | None = None):
+        """The model of a checkpoint of the run (None: the base) in this process: a LoRA checkpoint's adapter
+        swapped onto the one base, a full checkpoint loaded whole, without the base."""
         if checkpoint is None:
             return self.base
         if self._base is None and not is_adapter(checkpoint):  # a full checkpoint loads on its own

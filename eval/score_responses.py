@@ -24,8 +24,8 @@ from typing import Any
 
 from core.checks import is_number
 from core.errors import DataError, DataErrors
-from core.files import read_jsonl, write_json_atomic
-from data_builders.v2p_format import DIMENSIONS, parse_options
+from core.files import markdown_table, read_jsonl, write_json_atomic
+from core.formats.v2p import DIMENSIONS, parse_options
 from eval.benchmarks.shapes import UNKNOWN
 from eval.benchmarks.v2p import CATEGORY_ORDER, MEDIUM_MAX_S, SHORT_MAX_S, V2P
 from eval.summary import aggregate
@@ -200,14 +200,14 @@ def render_tables(records: Sequence[dict[str, Any]]) -> str:
         "",
         "## Overall",
         "",
-        *_table("overall", [("all", "")], per_model, models),
+        *_accuracy_table("overall", [("all", "")], per_model, models),
         "",
     ]
     for category, title, order in _SECTIONS:
         values = _category_values(category, order, per_model)
         if values:
             rows = [(_value_label(category, value), f"/{category}/{value}") for value in values]
-            lines += [f"## {title}", "", *_table(category, rows, per_model, models), ""]
+            lines += [f"## {title}", "", *_accuracy_table(category, rows, per_model, models), ""]
     return "\n".join(lines)
 
 
@@ -234,7 +234,7 @@ def _value_label(category: str, value: str) -> str:
     return value
 
 
-def _table(
+def _accuracy_table(
     title: str, rows: list[tuple[str, str]], per_model: dict[str, dict[str, Any]], models: list[str]
 ) -> list[str]:
     """A markdown table; ``rows`` are ``(label, metric key suffix)``, e.g. ``("SR …", "/dimension/SR")``."""
@@ -246,8 +246,7 @@ def _table(
             cells.append(_percent(per_model[model].get(f"accuracy{suffix}")))
             cells.append(_percent(per_model[model].get(f"accuracy_tolerant{suffix}")))
         body.append(cells)
-    separator = "|" + "|".join("---" for _ in header) + "|"
-    return [_markdown_row(header), separator, *(_markdown_row(cells) for cells in body)]
+    return markdown_table(header, body)
 
 
 def _n_cell(key: str, per_model: dict[str, dict[str, Any]], models: list[str]) -> str:
@@ -267,10 +266,6 @@ def _percent(metric: dict[str, float | int] | None) -> str:
     correct = round(float(metric["value"]) * n)
     tenths = math.floor(Fraction(1000 * correct, n) + Fraction(1, 2))
     return f"{tenths // 10}.{tenths % 10}"
-
-
-def _markdown_row(cells: list[str]) -> str:
-    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -18,13 +18,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from core.errors import ConfigError
 from core.files import write_text_atomic
+from core.rundir import RunDir
 from launch.commands import dry_run_text, expand_env, launch_argv, plan_argv, sbatch_script, shell_join
 from launch.config import Launch, LauncherKind, compose_launch
 
@@ -60,13 +60,14 @@ def plan_refusal(launch: Launch) -> str | None:
     argv = plan_argv(launch, sys.executable)
     done = subprocess.run(argv, check=False, capture_output=True, text=True)
     print(done.stdout, end="", flush=True)
-    plan_file = Path(launch.run_dir) / "plan.json"
+    run_dir = RunDir(launch.run_dir)
+    plan_file = run_dir.plan_file
     if done.returncode != 0 or not plan_file.exists():
         why = (done.stderr.strip().splitlines() or ["no plan.json written"])[-1]
         return f"the run could not be planned ({why})"
     verdict = json.loads(plan_file.read_text())["verdict"]
     if verdict == "oom":
-        gpu, report = launch.launcher.gpu_gib, plan_file.with_suffix(".md")
+        gpu, report = launch.launcher.gpu_gib, run_dir.plan_report_file
         return f"the plan predicts it will not fit in launcher.gpu_gib={gpu:g} (see {report})"
     return None
 
@@ -77,7 +78,7 @@ def _run(launch: Launch) -> int:
         # Each node runs its own launcher, and their timestamps would differ.
         raise ConfigError("several nodes: pass the same run_name=NAME on each, or run --dry-run's command")
     if cfg.kind is LauncherKind.slurm:
-        script = Path(launch.run_dir) / "launch.sbatch"
+        script = RunDir(launch.run_dir).launch_script_file
         write_text_atomic(script, sbatch_script(launch))
         argv = ["sbatch", str(script)]
     else:

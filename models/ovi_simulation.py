@@ -1,6 +1,6 @@
 """OVIBench's offline interruption simulation: the model answers, is cut off, hears the interruption, reacts.
 
-For one four-turn OVI sample (``data_builders.ovi_format``: question over video ``[0, t_q]`` → partial
+For one four-turn OVI sample (``core.formats.ovi``: question over video ``[0, t_q]`` → partial
 answer → interruption with video ``(t_q, t_i]`` → reaction) the dataset's partial answer is replaced by the
 model's own:
 
@@ -45,16 +45,14 @@ from typing import Any
 import torch
 
 from core.sample import Part, Sample, Turn
+from models.batch import concat, text_piece, to_device
+from models.cached_decoder import CachedDecoder
 from models.chat import Rendered, VideoChatAdapter
-from models.greedy import GreedyDecoder
 
 DEFAULT_TOKENS_PER_SECOND = 3.0  # speech rate after t_q: roughly 2-3 words/s of spoken English
 # No answer is cut before this many tokens (an interruption within the first second of speech would leave
 # nothing to react to); an answer that ends sooner is kept whole and counted as finished.
 MIN_CUT_TOKENS = 3
-# Keys of a processor batch that are per-token (concatenated along the sequence); the rest (pixel values,
-# grids, seconds per grid) are per media item and concatenated along their first dimension.
-_TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
 # Floating-point slack when a time span is turned into whole tokens ((5.4 - 5.0) * 3 = 1.2000000000000028).
 _EPS = 1e-6
 
@@ -227,7 +225,7 @@ def simulate_interruption(
         The truncated answer, the reaction, their ids, token counts and timings.
     """
     cut = interruption_cut(sample, cut_tokens, tokens_per_second)
-    decoder = GreedyDecoder(model, adapter)
+    decoder = CachedDecoder(model, adapter)
     start = time.perf_counter()
     interrupted = interrupt(
         decoder, adapter, sample, cut, continue_from_cache=continue_from_cache, synced=synced
@@ -283,7 +281,7 @@ class Interrupted:
 # gathered here would otherwise be inference tensors that the next backward cannot use.
 @torch.no_grad()
 def interrupt(
-    decoder: GreedyDecoder,
+    decoder: CachedDecoder,
     adapter: VideoChatAdapter,
     sample: Sample,
     cut: int,
@@ -304,7 +302,7 @@ def interrupt(
 
 @torch.no_grad()
 def append_interruption(
-    decoder: GreedyDecoder,
+    decoder: CachedDecoder,
     inputs: SimulationInputs,
     answer_ids: list[int],
     finished: bool,
@@ -319,13 +317,13 @@ def append_interruption(
     prefix = to_device(inputs.prefix, decoder.device)
     appended = to_device(inputs.appended, decoder.device)
     ids = prefix["input_ids"]
-    full = join_pieces([prefix, text_piece(answer_ids, ids), appended])
+    full = concat([prefix, text_piece(_row(answer_ids, ids)), appended])
     all_positions = decoder.positions(full)
     if continue_from_cache:
         # A cut answer's last token was sampled but never fed; an answer that ended was fed whole (its
         # end-of-turn token is dropped: the appended piece starts with one).
         unfed = [] if finished else answer_ids[-1:]
-        pending = join_pieces([text_piece(unfed, ids), appended])
+        pending = concat([text_piece(_row(unfed, ids)), appended])
         cached = full["input_ids"].shape[1] - pending["input_ids"].shape[1]
         positions = _slice_positions(all_positions, cached)
         logits = decoder.encode(pending, positions=positions, cache=decoder.cache)
@@ -359,23 +357,9 @@ def _with_turns(sample: Sample, turns: list[Turn]) -> Sample:
     return Sample(sample.id, sample.task, turns, sample.source, sample.source_id, sample.segment, sample.meta)
 
 
-def to_device(batch: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
-def text_piece(ids: list[int], like: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Generated text tokens as a processor-batch piece (no media)."""
-    tokens = torch.tensor([ids], dtype=like.dtype, device=like.device)
-    return {"input_ids": tokens, "attention_mask": torch.ones_like(tokens), "mm_token_type_ids": 0 * tokens}
-
-
-def join_pieces(pieces: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Processor-batch pieces one after the other: tokens along the sequence, media items in order."""
-    out = {}
-    for key in dict.fromkeys(k for piece in pieces for k in piece):
-        parts = [piece[key] for piece in pieces if key in piece]
-        out[key] = torch.cat(parts, dim=1 if key in _TOKEN_KEYS else 0)
-    return out
+def _row(ids: list[int], like: torch.Tensor) -> torch.Tensor:
+    """Generated token ids as a one-row tensor of ``like``'s dtype and device."""
+    return torch.tensor([ids], dtype=like.dtype, device=like.device)
 
 
 def _slice_positions(positions: torch.Tensor, start: int) -> torch.Tensor:

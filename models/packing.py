@@ -34,6 +34,15 @@ from __future__ import annotations
 import torch
 
 from core.errors import ConfigError
+from models.batch import (
+    IMAGE_GRID,
+    IMAGE_PIXELS,
+    MEDIA_KEYS,
+    TOKEN_KEYS,
+    VIDEO_GRID,
+    VIDEO_PIXELS,
+    VIDEO_SECONDS,
+)
 
 # Families whose packed batches the parity tests check against padded ones.
 PACKABLE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
@@ -44,12 +53,9 @@ PACKABLE_ATTENTION = ("sdpa", "eager")
 PACKED_SAMPLES = "packed_samples"
 IGNORE_INDEX = -100
 
-_PER_TOKEN = ("input_ids", "labels", "mm_token_type_ids")
-_PER_IMAGE = {"pixel_values": "image_grid_thw"}  # pixel rows per image: the product of its grid
-_PER_VIDEO = {"pixel_values_videos": "video_grid_thw"}
-_PER_VIDEO_VALUE = ("second_per_grid_ts",)  # one value per video
-_KNOWN = {*_PER_TOKEN, *_PER_IMAGE, *_PER_IMAGE.values(), *_PER_VIDEO, *_PER_VIDEO.values()}
-_KNOWN |= {*_PER_VIDEO_VALUE, "attention_mask"}
+# A training batch's per-token inputs and its labels, packed; not its attention mask (packed_model_inputs).
+_PER_TOKEN = (*(key for key in TOKEN_KEYS if key != "attention_mask"), "labels")
+_KNOWN = {*TOKEN_KEYS, "labels", *MEDIA_KEYS}
 
 
 def check_packable(family: str, attn_implementation: str) -> None:
@@ -134,8 +140,9 @@ def pack_batch(
             packed["labels"][row_index, start] = IGNORE_INDEX  # never a target, as a row's first token
             placed.append([row_index, start, lengths[i], *media_counts[i]])
             start += lengths[i]
-    packed.update(_media_in_order(batch, media_counts, order, _PER_IMAGE, kind=0))
-    packed.update(_media_in_order(batch, media_counts, order, _PER_VIDEO, kind=1, values=_PER_VIDEO_VALUE))
+    packed.update(_media_in_order(batch, media_counts, order, {IMAGE_PIXELS: IMAGE_GRID}, kind=0))
+    videos = {VIDEO_PIXELS: VIDEO_GRID}
+    packed.update(_media_in_order(batch, media_counts, order, videos, kind=1, values=(VIDEO_SECONDS,)))
     packed[PACKED_SAMPLES] = torch.tensor(placed, dtype=torch.long)
     return packed
 
@@ -204,18 +211,18 @@ def sample_positions(owner: torch.nn.Module, batch: dict) -> torch.Tensor:
     input_ids = batch["input_ids"]
     rows, width = input_ids.shape
     positions = torch.arange(width, device=input_ids.device).repeat(4, rows, 1)
-    media = {key: batch[key] for key in ("image_grid_thw", "video_grid_thw") if key in batch}
-    per_video = {key: batch[key] for key in _PER_VIDEO_VALUE if key in batch}
+    media = {key: batch[key] for key in (IMAGE_GRID, VIDEO_GRID) if key in batch}
+    seconds = {VIDEO_SECONDS: batch[VIDEO_SECONDS]} if VIDEO_SECONDS in batch else {}
     images = videos = 0
     ends = {}
     for row, start, length, n_images, n_videos in batch[PACKED_SAMPLES].tolist():
         span = slice(start, start + length)
         kwargs = {}
         if n_images:
-            kwargs["image_grid_thw"] = media["image_grid_thw"][images : images + n_images]
+            kwargs[IMAGE_GRID] = media[IMAGE_GRID][images : images + n_images]
         if n_videos:
-            kwargs["video_grid_thw"] = media["video_grid_thw"][videos : videos + n_videos]
-            kwargs.update({key: value[videos : videos + n_videos] for key, value in per_video.items()})
+            kwargs[VIDEO_GRID] = media[VIDEO_GRID][videos : videos + n_videos]
+            kwargs.update({key: value[videos : videos + n_videos] for key, value in seconds.items()})
         own, _ = owner.get_rope_index(
             input_ids[row : row + 1, span],
             mm_token_type_ids=batch["mm_token_type_ids"][row : row + 1, span],

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import torch
 
+from core.pairs import LabelledReaction, PreferencePair
 from core.sample import Sample
-from data_builders.preferences import LabelledReaction, PreferencePair
+from models.batch import TOKEN_KEYS
 from models.chat import IGNORE_INDEX, VideoChatAdapter
 
 # Inputs with one entry per token: KTO's KL rows have their own (``KL_<key>``, the names TRL reads); the
 # others (the media) are the same for a KL row as for its own row, so the KL forward reuses the rows'.
-_PER_TOKEN = ("input_ids", "attention_mask", "completion_mask", "token_type_ids", "mm_token_type_ids")
+_PER_TOKEN = (*TOKEN_KEYS, "completion_mask")
 
 
 def pair_batch(adapter: VideoChatAdapter, pairs: list[PreferencePair]) -> dict:

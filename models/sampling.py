@@ -1,9 +1,9 @@
 """A group of continuations sampled from one encoded prompt (the GRPO stage's rollouts).
 
-The prompt is encoded once (``models.greedy.GreedyDecoder.encode``, positions explicit); its key/value cache
-is then copied to every row of the group and the rows step together, one sampled token each per forward,
-every row at the same next text position (they share the prompt, so they share its length). A row that has
-ended keeps being fed (its tokens are dropped), so one forward still serves the whole group.
+The prompt is encoded once (``models.cached_decoder.CachedDecoder.encode``, positions explicit); its
+key/value cache is then copied to every row of the group and the rows step together, one sampled token each
+per forward, every row at the same next text position (they share the prompt, so they share its length). A
+row that has ended keeps being fed (its tokens are dropped), so one forward still serves the whole group.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from core import distributed
-from models.greedy import GreedyDecoder
+from models.cached_decoder import CachedDecoder
 
 
 @dataclass
@@ -34,7 +34,7 @@ class Group:
 
 @torch.no_grad()
 def sample_group(
-    decoder: GreedyDecoder,
+    decoder: CachedDecoder,
     logits: torch.Tensor,
     generations: int,
     limit: int,
@@ -71,7 +71,7 @@ def sample_group(
             logits = decoder.step(picked)
 
 
-def _pick(decoder: GreedyDecoder, logits: torch.Tensor, temperature: float):
+def _pick(decoder: CachedDecoder, logits: torch.Tensor, temperature: float):
     """One token per row, and each row's log-probabilities (media placeholders never chosen)."""
     if len(decoder.suppressed):
         logits = logits.index_fill(-1, decoder.suppressed.to(logits.device), float("-inf"))

@@ -12,8 +12,9 @@ def _register() -> None:
     from core.config import register_configs
     from data_builders.cli_config import register_configs as register_builder_configs
     from eval.benchmarks import settings_schemas
+    from train.stage_settings import STAGE_SETTINGS
 
-    register_configs(settings_schemas())  # as python -m train and python -m eval register them
+    register_configs(settings_schemas(), STAGE_SETTINGS)  # as python -m train registers them
     register_builder_configs()
 
 

@@ -101,7 +101,7 @@ def preference_after_sft(small_train_config):
 @pytest.fixture(scope="session")
 def pairs(synthetic_build):
     """The preference pairs of the session's synthetic OVIBench (every type, both forms)."""
-    from data_builders.ovi_format import load_ovibench
+    from core.formats.ovi import load_ovibench
     from data_builders.preferences import pairs_from_samples
 
     return pairs_from_samples(load_ovibench(synthetic_build.ovibench)).pairs

@@ -15,9 +15,9 @@ import json
 import random
 from pathlib import Path
 
+from core.formats.v2p import render_question
 from data_builders.questions import build_prompt
 from data_builders.sources.captions import Caption
-from data_builders.v2p_format import render_question
 from eval.rubrics import METRICS, judge_prompt
 
 SCORE_REPLY = '{"score": 1}'

@@ -1,5 +1,5 @@
 """A real OpenAI-compatible server for tests: ``transformers serve`` on a checkpoint directory, started and
-stopped by the project's own launcher (``eval.server_process``, which served evaluation uses too).
+stopped by the project's own launcher (``models.server_process``, which served evaluation uses too).
 
 ``with serve(checkpoint, name=...) as server:`` gives ``server.base_url`` (``http://127.0.0.1:<port>/v1``)
 and ``server.model`` (the served name to put in requests). Needs the ``serving`` extra of transformers
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval.server_process import ServerError, launched_server
+from models.server_process import ServerError, launched_server
 
 SERVING_MODULES = ("fastapi", "uvicorn", "openai")
 __all__ = ["SERVING_MODULES", "Served", "ServerError", "missing_serving_modules", "serve"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from data_builders.v2p_format import INSTRUCTION
+from core.formats.v2p import INSTRUCTION
 
 
 def v2p_question(stem: str, options: list[str], gap: str = " ") -> str:

@@ -208,7 +208,7 @@ def check_preference_run(cfg, summary: dict, run_dir: Path, implicit_reward: boo
     )
     if implicit_reward:
         assert pairs["reward"].startswith(
-            f"reward accuracy and margin: the implicit reward (beta {cfg.stage.beta})"
+            f"reward accuracy and margin: the implicit reward (beta {cfg.stage.preference.beta})"
         )
         reward = pairs["metrics"]["reward_accuracy"]
         # Reward metrics for the checkpoints only: the baseline is the reference they are measured against.

@@ -15,11 +15,11 @@ from release_rows import write_v2p_rows as write_v2p
 
 from core.decoding import MediaSpec
 from core.errors import DataErrors, DecodeError
+from core.formats.ovi import load_ovibench
+from core.formats.v2p import load_v2p_release
 from core.media import decode_span
 from core.video_io import write_mp4
-from data_builders.ovi_format import load_ovibench
 from data_builders.sources.activitynet import load_activitynet_captions
-from data_builders.v2p_format import load_v2p_release
 
 # ---------------------------------------------------------------------------------------------------
 # Videos: every decode failure names the file and why.

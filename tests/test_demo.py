@@ -17,10 +17,10 @@ from browser import chromium
 from PIL import Image
 
 from core.errors import DataError, UserError
+from core.formats.ovi import load_ovibench
+from core.formats.v2p import load_v2p_release, render_question
 from core.video_io import write_mp4
-from data_builders.ovi_format import load_ovibench
 from data_builders.synthetic_world import make_scene, render_frames
-from data_builders.v2p_format import load_v2p_release, render_question
 from demo.saving import save_ovi, save_v2p
 from demo.server import DemoState, make_server
 from demo.session import LiveSession, Question, conversation

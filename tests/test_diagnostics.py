@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from wandb_records import history
 
+from core.formats.v2p import INSTRUCTION, load_v2p_release, render_question
 from core.sample import Part, Sample, Turn
-from data_builders.v2p_format import INSTRUCTION, load_v2p_release, render_question
 from data_builders.vp_variants import Target, target_phrase
 from eval.benchmarks import BENCHMARKS
 from eval.benchmarks.diagnostics import (

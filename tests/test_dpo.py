@@ -14,8 +14,8 @@ import runs
 import torch
 
 from core.config import ModelConfig, PeftConfig, TrainerConfig
+from core.formats.ovi import load_ovibench
 from core.media import FrameCache
-from data_builders.ovi_format import load_ovibench
 from data_builders.preferences import pairs_from_samples
 from models.pairs import completion_logps, pair_batch
 
@@ -94,7 +94,8 @@ def dpo_after_sft(preference_after_sft, tmp_path_factory):
     steps."""
     root = tmp_path_factory.mktemp("dpo")
     # As the shipped experiments: DPO + the chosen answers' NLL.
-    cfg, result = preference_after_sft(root, "dpo", *DPO_OVERRIDES, "stage.loss_type=[sigmoid,sft]")
+    rpo = "stage.preference.loss_type=[sigmoid,sft]"
+    cfg, result = preference_after_sft(root, "dpo", *DPO_OVERRIDES, rpo)
     return cfg, result, root
 
 
@@ -229,14 +230,13 @@ def test_pair_forms_select_the_training_pairs(compose, synthetic_build, tmp_path
     for forms, wanted in (("[mcq]", {"mcq"}), ("[open,mcq]", {"mcq", "open"})):
         cfg = compose(
             "train", "+exp=quickstart_dpo", f"data.train=[{synthetic_build.ovi_train}]",
-            f"stage.pair_forms={forms}", "media.num_frames=4",
+            f"stage.preference.pair_forms={forms}", "media.num_frames=4",
         )  # fmt: skip
         pairs = training_pairs(Run(cfg, RunDir(tmp_path / "run")), cache).rows
         assert pairs and {pair.sample.meta["format"] for pair in pairs} == wanted
-    cfg = compose(
-        "train", "+exp=quickstart_dpo", f"data.train=[{synthetic_build.ovi_train}]", "stage.pair_forms=[]"
-    )
-    with pytest.raises(ConfigError, match="stage.pair_forms"):
+    none = "stage.preference.pair_forms=[]"
+    cfg = compose("train", "+exp=quickstart_dpo", f"data.train=[{synthetic_build.ovi_train}]", none)
+    with pytest.raises(ConfigError, match="stage.preference.pair_forms"):
         training_pairs(Run(cfg, RunDir(tmp_path / "run")), cache)
 
 
@@ -248,7 +248,7 @@ def test_data_weights_mix_the_pair_datasets(compose, synthetic_build, tmp_path):
     ovi = synthetic_build.ovi_train
     cfg = compose(
         "train", "+exp=quickstart_dpo", f"data.train=[{ovi},{ovi}]", "data.weights=[1,3]",
-        "stage.pair_forms=[open]", "media.num_frames=4",
+        "stage.preference.pair_forms=[open]", "media.num_frames=4",
     )  # fmt: skip
     drawn = training_pairs(Run(cfg, RunDir(tmp_path / "run")), FrameCache(tmp_path / "cache"))
     pairs, mix = drawn.rows, drawn.mix  # the recipe writes the mix to data_mix.json

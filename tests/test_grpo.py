@@ -16,9 +16,11 @@ import runs
 import torch
 
 from core.config import ModelConfig
+from core.errors import ConfigError
 from core.sample import Part, Sample, Turn
 from models.sampling import Group
-from train.grpo_loss import advantages, grpo_loss, sampler_correction
+from train.grpo_config import GrpoConfig, GrpoLoss, RewardScale, SamplerCorrection, WeightSync
+from train.grpo_loss import Scored, advantages, grpo_loss, sampler_correction, step_loss
 from train.rollouts import Rollout, completion_logps
 
 G = 3  # completions per prompt
@@ -55,13 +57,14 @@ def _rollouts(prompts, completions) -> list[Rollout]:
 
 
 @pytest.mark.parametrize(
-    ("loss_type", "level", "beta", "sampler"),
-    [("grpo", "token", 0.04, None), ("dapo", "token", 0.0, None), ("dr_grpo", "token", 0.04, None),
-     ("bnpo", "sequence", 0.04, None), ("dapo", "sequence", 0.0, None),
+    ("loss_type", "beta", "sampler"),
+    [("grpo", 0.04, None), ("dapo", 0.0, None), ("dr_grpo", 0.04, None), ("bnpo", 0.04, None),
      # rollouts from a server: TRL's correction for the sampler, with its vLLM path on
-     ("dapo", "token", 0.04, "token_truncate"), ("grpo", "sequence", 0.04, "sequence_mask")],
+     ("dapo", 0.04, "token_truncate"), ("grpo", 0.04, "sequence_mask")],
 )  # fmt: skip
-def test_the_loss_and_its_gradients_are_trls(tiny_checkpoint, tmp_path, loss_type, level, beta, sampler):
+def test_the_loss_and_its_gradients_are_trls(tiny_checkpoint, tmp_path, loss_type, beta, sampler):
+    """On policy, as TRL is with one update per rollout (no old log-probabilities given): TRL's defaults
+    for the rest (its clip range, token-level ratios), which a ratio of 1 never reaches."""
     import datasets
     from trl import GRPOConfig, GRPOTrainer
 
@@ -69,12 +72,11 @@ def test_the_loss_and_its_gradients_are_trls(tiny_checkpoint, tmp_path, loss_typ
 
     torch.manual_seed(0)
     model, processor = load_model(ModelConfig(name_or_path=str(tiny_checkpoint)))
-    temperature, epsilon, epsilon_high = 0.7, 0.2, 0.28
+    temperature = 0.7
     args = GRPOConfig(
         output_dir=str(tmp_path), report_to=[], use_cpu=True, bf16=False, gradient_checkpointing=False,
         num_generations=G, per_device_train_batch_size=2 * G, loss_type=loss_type, beta=beta,
-        importance_sampling_level=level, epsilon=epsilon, epsilon_high=epsilon_high, temperature=temperature,
-        max_completion_length=WIDTH,
+        temperature=temperature, max_completion_length=WIDTH,
     )  # fmt: skip
     trainer = GRPOTrainer(
         model=model,
@@ -92,16 +94,15 @@ def test_the_loss_and_its_gradients_are_trls(tiny_checkpoint, tmp_path, loss_typ
     ours, mask = completion_logps(model, _rollouts(prompts, completions), temperature)
     assert torch.equal(mask, completion_mask)
     noise = torch.Generator().manual_seed(1)
-    old = (ours.detach() + 0.3 * torch.randn(ours.shape, generator=noise)) * mask  # ratios off 1: clipping on
     ref = (ours.detach() + 0.2 * torch.randn(ours.shape, generator=noise)) * mask
     inputs = {
         "prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
-        "completion_mask": completion_mask, "advantages": adv, "old_per_token_logps": old,
-        "ref_per_token_logps": ref, "num_items_in_batch": completion_mask.sum(),
+        "completion_mask": completion_mask, "advantages": adv, "ref_per_token_logps": ref,
+        "num_items_in_batch": completion_mask.sum(),
     }  # fmt: skip
     weights = None
     if sampler:  # the sampler's log-probabilities off the scored ones, some ratios beyond the bounds
-        served = (ours.detach() + 0.4 * torch.randn(ours.shape, generator=noise)) * mask
+        served = (ours.detach() + 0.8 * torch.randn(ours.shape, generator=noise)) * mask
         weights = sampler_correction(ours.detach(), served, mask, mode=sampler, clip_min=0.5, clip_max=2.0)
         assert ((weights == 0.5) | (weights == 2.0) | (weights == 0.0)).any(), "the bounds must act"
         inputs["importance_sampling_ratio"] = weights
@@ -113,11 +114,10 @@ def test_the_loss_and_its_gradients_are_trls(tiny_checkpoint, tmp_path, loss_typ
     trl_grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
     model.zero_grad()
     parts = grpo_loss(
-        ours, old, ref, adv, mask, loss_type=loss_type, importance_sampling_level=level, epsilon=epsilon,
-        epsilon_high=epsilon_high, beta=beta, max_completion_length=WIDTH, sampler_weights=weights,
+        ours, ref, adv, mask, loss_type=loss_type, beta=beta, max_completion_length=WIDTH,
+        sampler_weights=weights,
     )  # fmt: skip
     parts.loss.backward()
-    assert parts.clipped > 0, "the test must exercise the clip"
     torch.testing.assert_close(parts.loss, trl_loss, rtol=1e-5, atol=1e-5)
     for name, grad in trl_grads.items():
         torch.testing.assert_close(dict(model.named_parameters())[name].grad, grad, rtol=1e-5, atol=1e-5)
@@ -155,6 +155,107 @@ def test_advantages_are_group_relative_as_trls():
     assert advantages(torch.tensor([1.0, float("nan"), 0.0]), 3, "group").values[1] == 0.0
 
 
+# -- the settings ------------------------------------------------------------------------------------------
+
+# stage.grpo's settings that act outside a step's loss, and where.
+ACTS_ELSEWHERE = {
+    "temperature": "the rollouts' sampling, and the distribution they are scored on (completion_logps)",
+    "rewards": "each completion's total reward (train.rewards.weighted; tests/test_rewards.py)",
+    "v2p_forms": "which V2P prompts the stage draws (train.grpo.grpo_rows)",
+    "judge": "the judge's reward (tests/test_judge_reward.py)",
+    "server": "the served sampler (tests/test_served_rollouts.py)",
+    "weight_sync": "how the served sampler hands the weights over (tests/test_served_rollouts.py)",
+}
+TOKEN_TRUNCATE = SamplerCorrection.token_truncate
+# Every other setting: a value that changes a step's loss or its gradient on a fixed input, over the
+# settings it needs to act (the first dict).
+CHANGES_THE_LOSS = {
+    "num_generations": ({}, {"num_generations": 2}),
+    "beta": ({}, {"beta": 0.0}),
+    "loss_type": ({}, {"loss_type": GrpoLoss.grpo}),
+    "scale_rewards": ({}, {"scale_rewards": RewardScale.none}),
+    "max_completion_length": ({"loss_type": GrpoLoss.dr_grpo}, {"max_completion_length": 64}),
+    "mask_truncated_completions": ({}, {"mask_truncated_completions": True}),
+    "vllm_importance_sampling_correction": ({}, {"vllm_importance_sampling_correction": False}),
+    "vllm_importance_sampling_mode": ({}, {"vllm_importance_sampling_mode": TOKEN_TRUNCATE}),
+    "vllm_importance_sampling_clip_min": (
+        {"vllm_importance_sampling_mode": TOKEN_TRUNCATE},
+        {"vllm_importance_sampling_clip_min": 0.9},
+    ),
+    "vllm_importance_sampling_clip_max": ({}, {"vllm_importance_sampling_clip_max": 1.05}),
+}
+
+
+def _step(settings: GrpoConfig) -> tuple[float, torch.Tensor]:
+    """A step's loss and its gradient on fixed scored completions: two groups of three of up to five tokens
+    (the first truncated), a reference and a sampler that both differ from the policy."""
+    generator = torch.Generator().manual_seed(0)
+    logps = (-1.0 - torch.rand((6, WIDTH), generator=generator)).requires_grad_()
+    mask = torch.tensor([[1] * n + [0] * (WIDTH - n) for n in (5, 2, 4, 3, 5, 1)])
+    truncated = torch.tensor([True, False, False, False, False, False])
+    reference = logps.detach() + 0.3 * torch.randn(logps.shape, generator=generator)
+    sampled = logps.detach() + 0.3 * torch.randn(logps.shape, generator=generator)
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.2, 0.9, 0.4])
+    loss = step_loss(settings, rewards, Scored(logps, mask, truncated, reference, sampled)).parts.loss
+    loss.backward()
+    return float(loss), logps.grad
+
+
+def test_every_grpo_setting_acts():
+    """A setting that changes nothing is a setting to remove (as the clip of a ratio that is always 1 was):
+    each field either changes a step's loss on a fixed input, or is listed with where it acts."""
+    names = {f.name for f in dataclasses.fields(GrpoConfig)}
+    assert names == set(ACTS_ELSEWHERE) | set(CHANGES_THE_LOSS), "say where a new setting acts"
+    for name, (needs, change) in CHANGES_THE_LOSS.items():
+        loss, grad = _step(GrpoConfig(num_generations=G, **needs))
+        changed_loss, changed_grad = _step(GrpoConfig(**{"num_generations": G, **needs, **change}))
+        assert changed_loss != pytest.approx(loss) or not torch.allclose(changed_grad, grad), name
+
+
+def test_a_misspelt_or_removed_grpo_setting_fails_at_compose_time(compose):
+    from hydra.errors import ConfigCompositionException
+
+    for override in ("stage.grpo.epslon=0.1", "stage.grpo.epsilon=0.2", "stage.grpo.loss_type=gspo"):
+        with pytest.raises(ConfigCompositionException, match=override.split("=")[0].split(".")[-1]):
+            compose("train", "+exp=quickstart_grpo", override)
+    assert isinstance(compose("train", "+exp=quickstart_grpo").stage.grpo, GrpoConfig)
+
+
+def test_an_unknown_reward_weight_fails_when_the_run_resolves_before_any_data_or_model(compose, monkeypatch):
+    import train.recipe
+
+    def built(*args, **kwargs):
+        raise AssertionError("the run went on to build its data")
+
+    monkeypatch.setattr(train.recipe, "synthetic_datasets", built)
+    cfg = compose("train", "+exp=quickstart_grpo", "+stage.grpo.rewards.v2p_leter=1.0")
+    with pytest.raises(ConfigError, match="stage.grpo.rewards: v2p_leter"):
+        train.recipe.resolve(cfg)
+
+
+VLLM = "+server@stage.grpo.server=vllm"
+RUNNING_VLLM = ["stage.grpo.server.endpoint.base_url=http://h:1/v1", "stage.grpo.server.kind=vllm"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "sync"),
+    [
+        ([], WeightSync.restart),  # in process: never used
+        ([VLLM], WeightSync.reload),
+        (["+server@stage.grpo.server=transformers_serve"], WeightSync.restart),
+        ([VLLM, "stage.grpo.weight_sync=by_path"], WeightSync.by_path),
+        (["stage.grpo.server.command='vllm serve {model} --port {port}'"], WeightSync.restart),  # kind unsaid
+        (RUNNING_VLLM, WeightSync.reload),
+    ],
+)
+def test_the_weight_hand_over_is_the_servers_kinds_unless_set(compose, overrides, sync):
+    """vLLM re-reads each step's weights in place (reload); any other server is restarted on them."""
+    from train.stage_settings import resolve_stage
+
+    cfg = compose("train", "+exp=quickstart_grpo", *overrides)
+    assert resolve_stage(cfg.stage).grpo.weight_sync is sync
+
+
 # -- rollouts on video -------------------------------------------------------------------------------------
 
 
@@ -180,7 +281,7 @@ def items(synthetic_build):
 
 
 def test_completions_are_scored_as_they_were_sampled(policy, adapter, items):
-    from models.greedy import GreedyDecoder
+    from models.cached_decoder import placeholder_ids
     from train.rollouts import rollout
 
     torch.manual_seed(0)
@@ -188,7 +289,7 @@ def test_completions_are_scored_as_they_were_sampled(policy, adapter, items):
         group = rollout(policy, adapter, items[name], generations=3, temperature=1.0, max_tokens=6)
         assert len(group.texts) == len(group.group.tokens) == 3
         assert len({tuple(t) for t in group.group.tokens}) > 1, "temperature 1: the group differs"
-        suppressed = GreedyDecoder(policy, adapter).suppressed
+        suppressed = placeholder_ids(policy)
         with torch.no_grad():
             logps, mask = completion_logps(policy, [group], 1.0, suppressed)
         for row, sampled in enumerate(group.group.logps):
@@ -249,7 +350,6 @@ LOGGED_EVERY_STEP = (
     "reward",
     "reward_std",
     "kl",
-    "clip_ratio",
     "completions/mean_length",
     "frac_reward_zero_std",
 )

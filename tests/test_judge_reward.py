@@ -12,10 +12,11 @@ from dataclasses import replace
 import pytest
 from fake_openai import completion, endpoint_settings, error_body
 
-from core.config import GrpoConfig, JudgeConfig
+from core.config import JudgeConfig
 from core.errors import ConfigError
 from eval.judging import make_judge
 from eval.rubrics import BINARY, METRICS, RUBRIC_VERSION, metrics_for
+from train.grpo_config import GrpoConfig
 from train.judge_reward import judge_rewards
 from train.rewards import weighted
 

@@ -14,7 +14,7 @@ from fake_openai import ChatServer, completion, endpoint_settings, error_body
 
 from core.config import JudgeConfig
 from core.errors import ConfigError
-from data_builders.ovi_format import load_ovibench, ovi_row_to_sample
+from core.formats.ovi import load_ovibench, ovi_row_to_sample
 from eval.benchmarks.ovi import OVI
 from eval.judge import item_from_record
 from eval.judging import GIVE_UP_AFTER, NO_JUDGE, Judging, make_judge

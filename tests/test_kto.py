@@ -14,8 +14,8 @@ import pytest
 import runs
 import torch
 
-from core.config import ModelConfig, PeftConfig, TrainConfig, TrainerConfig
-from data_builders.preferences import unpaired, with_reaction
+from core.config import ModelConfig, PeftConfig, StageConfig, TrainConfig, TrainerConfig
+from core.pairs import unpaired, with_reaction
 from models.pairs import completion_batch, completion_logps, unpaired_batch
 
 # A KTO run on the quickstart's setting: reactions from the synthetic OVI-Train's pairs.
@@ -105,6 +105,7 @@ def test_the_lora_off_reference_is_the_base_model(adapter, pairs, tiny_checkpoin
     from train.data import TrainingSet
     from train.modes import apply_peft
     from train.preference import UnpairedCollator, UnpairedTrainer, kto_arguments
+    from train.preference_config import PreferenceConfig
     from train.recipe import training_arguments
 
     reactions = _mixed(unpaired(pairs), 2)  # one right, one wrong: TRL's metrics are then per row
@@ -117,7 +118,8 @@ def test_the_lora_off_reference_is_the_base_model(adapter, pairs, tiny_checkpoin
             if "lora_B" in name:
                 param.normal_(0.0, 0.5)
     trainer_cfg = TrainerConfig(batch_size=2)
-    run = Run(TrainConfig(trainer=trainer_cfg), RunDir(tmp_path))
+    stage = StageConfig(preference=PreferenceConfig())  # as the run resolves it
+    run = Run(TrainConfig(trainer=trainer_cfg, stage=stage), RunDir(tmp_path))
     rows = TrainingSet(unpaired(pairs), [], {})
     arguments_class, kto_kwargs = kto_arguments(run, rows)  # the recipe's, on the CPU
     args = training_arguments(trainer_cfg, tmp_path, None, arguments_class, **kto_kwargs, use_cpu=True)

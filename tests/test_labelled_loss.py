@@ -196,7 +196,7 @@ def preference_model(tiny):
 
 def _pair_samples(samples: list[Sample]):
     """Two preference pairs of the test's samples: each trained answer chosen, a wrong one rejected."""
-    from data_builders.preferences import PreferencePair
+    from core.pairs import PreferencePair
 
     return [
         PreferencePair(samples[0], "Sure, go on.", "ignores the stop", "continue", []),
@@ -274,17 +274,19 @@ def test_dpo_scores_completions_as_full_logits_do_and_keeps_no_vocabulary_wide_t
 def test_kto_keeps_no_vocabulary_wide_tensor_for_backward(preference_model, samples, tmp_path):
     import datasets
 
-    from core.config import TrainConfig
+    from core.config import StageConfig, TrainConfig
+    from core.pairs import unpaired
     from core.run import Run
     from core.rundir import RunDir
-    from data_builders.preferences import unpaired
     from train.data import TrainingSet
     from train.preference import UnpairedCollator, UnpairedTrainer, kto_arguments
+    from train.preference_config import PreferenceConfig
 
     peft_model, adapter = preference_model
     reactions = unpaired(_pair_samples(samples))
     trainer_cfg = TrainerConfig(batch_size=len(reactions))
-    run = Run(TrainConfig(trainer=trainer_cfg), RunDir(tmp_path))
+    stage = StageConfig(preference=PreferenceConfig())  # as the run resolves it
+    run = Run(TrainConfig(trainer=trainer_cfg, stage=stage), RunDir(tmp_path))
     arguments_class, kto_kwargs = kto_arguments(run, TrainingSet(reactions, [], {}))
     args = training_arguments(trainer_cfg, tmp_path, None, arguments_class, **kto_kwargs, use_cpu=True)
     trainer = UnpairedTrainer(

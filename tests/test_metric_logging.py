@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from core.metric_logging import METRICS_FILE, STEP_KEY, WandbLogger, make_logger
+from core.metric_logging import STEP_KEY, WandbLogger, make_logger
+from core.rundir import RunDir
 
 
 class FakeRun:
@@ -46,7 +47,7 @@ def _logger(tmp_path, monkeypatch, run=None, init_error: Exception | None = None
 
 
 def _metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines()]
+    return [json.loads(line) for line in RunDir(run_dir).metrics_file.read_text().splitlines()]
 
 
 def test_a_rejected_log_warns_once_stops_calling_wandb_and_keeps_the_values(tmp_path, monkeypatch):

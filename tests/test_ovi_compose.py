@@ -16,12 +16,12 @@ import pytest
 from caption_sources import make_source
 
 from core.errors import ConfigError, DataError
+from core.formats.ovi import load_ovibench
 from core.text_models import TextBackend
 from core.video_io import write_mp4
 from core.vocab import InterruptionType
 from data_builders.cli_config import OviTrainPaperBuild
 from data_builders.ovi_compose import TYPES, _source_build, compose_ovi_train, questions_line
-from data_builders.ovi_format import load_ovibench
 
 # The paper's Table 3: Cancellation, Correction, False Trigger per source.
 TABLE_3 = {

@@ -10,8 +10,8 @@ from release_rows import ovi_mcq as _mcq
 from release_rows import ovi_row as _row
 
 from core.errors import DataErrors
+from core.formats.ovi import MCQ_INSTRUCTION, load_ovibench, ovi_row_to_sample, write_ovibench
 from core.sample import Sample
-from data_builders.ovi_format import MCQ_INSTRUCTION, load_ovibench, ovi_row_to_sample, write_ovibench
 
 
 def test_open_row_becomes_four_turns(ovi_root: Path):

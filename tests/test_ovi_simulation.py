@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from core.decoding import MediaSpec
+from core.formats.ovi import ovi_row_to_sample, write_ovibench
 from core.media import FrameCache
 from core.video_io import write_mp4
-from data_builders.ovi_format import ovi_row_to_sample, write_ovibench
-from models import greedy, ovi_simulation
+from models import cached_decoder, ovi_simulation
 from models.ovi_simulation import MIN_CUT_TOKENS, interruption_cut, prepare_inputs, simulate_interruption
 
 FPS, DURATION = 8.0, 10.0
@@ -94,13 +94,13 @@ def _both(tiny, sample, reset=lambda: None, **kwargs):
 def _decode_logits(monkeypatch) -> list[torch.Tensor]:
     """From now on, the logits every greedy decoding starts from (two per simulation: answer, reaction)."""
     seen: list[torch.Tensor] = []
-    decode = greedy.GreedyDecoder.decode
+    decode = cached_decoder.CachedDecoder.decode
 
     def keep(self, logits, limit, synced=False):
         seen.append(logits.clone())
         return decode(self, logits, limit, synced)
 
-    monkeypatch.setattr(greedy.GreedyDecoder, "decode", keep)
+    monkeypatch.setattr(cached_decoder.CachedDecoder, "decode", keep)
     return seen
 
 
@@ -170,7 +170,7 @@ def test_the_answer_is_cut_where_configured(tiny, samples, cut):
 def test_an_answer_ending_before_the_cut_is_kept_whole(tiny, samples, monkeypatch):
     model, adapter = tiny
     end = adapter.processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
-    step, steps = greedy.GreedyDecoder.step, {"count": 0}
+    step, steps = cached_decoder.CachedDecoder.step, {"count": 0}
 
     def step_then_end(self, tokens):
         """The model's own step, except that the 4th answer token is the end of turn."""
@@ -181,7 +181,7 @@ def test_an_answer_ending_before_the_cut_is_kept_whole(tiny, samples, monkeypatc
             logits[..., end] = 1e9
         return logits
 
-    monkeypatch.setattr(greedy.GreedyDecoder, "step", step_then_end)
+    monkeypatch.setattr(cached_decoder.CachedDecoder, "step", step_then_end)
     cached, rerun = _both(tiny, samples["corr"], max_new_tokens=4, reset=lambda: steps.update(count=0))
     assert cached.cut_tokens == 9 and cached.answer_finished and len(cached.answer_ids) == 3
     assert cached.answer_ids == rerun.answer_ids and cached.reaction_ids == rerun.reaction_ids
@@ -249,7 +249,7 @@ def test_identical_also_when_the_video_outruns_its_spatial_extent(tiny, ovi_root
     tiny8 = (model, VideoChatAdapter(adapter.processor, MediaSpec(num_frames=8), FrameCache(None)))
     sample = ovi_row_to_sample(_row("late", "Correction", 9.5, 10.0), ovi_root)
     prefix = prepare_inputs(tiny8[1], sample).prefix
-    positions = greedy.GreedyDecoder(*tiny8).positions(prefix)
+    positions = cached_decoder.CachedDecoder(*tiny8).positions(prefix)
     video = positions[..., prefix["mm_token_type_ids"][0] == 2]
     assert video[0].max() - video[0].min() > video[1].max() - video[1].min(), "the case this test is about"
     assert positions.max() == positions[..., -1].max()
@@ -366,7 +366,7 @@ def test_a_simulated_evaluation_runs_end_to_end(tiny, ovi_root, tmp_path):
 def test_teacher_forced_records_are_not_reused_for_a_simulated_run(tiny, ovi_root, tmp_path):
     from core.files import JsonlStore
     from core.rundir import RunDir
-    from eval.evaluation import load_suites
+    from eval.suites import load_suites
     from eval.generation import current_records
 
     _, adapter = tiny

@@ -19,9 +19,9 @@ from caption_sources import (
 )
 
 from core.errors import ConfigError, DataError, DataErrors
+from core.formats.ovi import load_ovibench, ovi_row_to_sample
 from core.sample import Sample
 from core.vocab import InterruptionType
-from data_builders.ovi_format import load_ovibench, ovi_row_to_sample
 from data_builders.ovi_train import build_ovi_items, build_ovi_train
 from data_builders.phrasings import BANKS, PHRASINGS_VERSION, TRAIN, phrased_by
 from data_builders.questions import QuestionContext, TemplateQuestions, video_questions

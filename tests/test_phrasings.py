@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from data_builders.ovi_format import PHRASINGS
+from core.vocab import PHRASINGS
 from data_builders.phrasings import BANKS, EVAL, PARAPHRASED, PhraseBank, Phrasings, normalised, phrased_by
 
 # Slot texts as the builder fills them: an object's name, a window's start and end, a question.

@@ -11,10 +11,10 @@ import pytest
 
 from core.errors import DataError
 from core.files import save_samples
+from core.formats.ovi import MCQ_INSTRUCTION, ovi_row_to_sample
 from core.sample import Part, Sample, Turn
 from core.video_io import write_mp4
 from data_builders.cli_config import ExportBuild, PreferenceBuild
-from data_builders.ovi_format import MCQ_INSTRUCTION, ovi_row_to_sample
 from data_builders.phrasings import BANKS
 from data_builders.preferences import (
     ERRORS,

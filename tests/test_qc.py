@@ -15,6 +15,7 @@ import pytest
 from fake_openai import completion, endpoint_settings
 
 from core.errors import ConfigError
+from core.formats.v2p import parse_options, render_question
 from core.text_models import (
     EndpointTextModel,
     TextModelConfig,
@@ -35,7 +36,6 @@ from data_builders.qc import (
     shuffle_options,
 )
 from data_builders.questions import QuestionConfig
-from data_builders.v2p_format import parse_options, render_question
 
 
 def _row(qid: str, stem: str, options: list[str], answer: int = 0) -> dict:

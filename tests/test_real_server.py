@@ -20,12 +20,12 @@ from PIL import Image
 from real_server import Served, ServerError, serve
 
 from core.decoding import MediaSpec
+from core.formats.v2p import render_question
 from core.media import FrameCache
 from core.sample import Part, Sample, Turn
 from core.text_models import EndpointConfig, EndpointTextModel, TextModelConfig, TextModelError
 from core.video_io import write_mp4
 from data_builders.qc import blind_filter
-from data_builders.v2p_format import render_question
 from models.chat import chat_format_for, make_adapter
 from models.tiny import CHAT_TEMPLATE_FILE, FAMILIES, build_tiny_checkpoint
 

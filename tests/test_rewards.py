@@ -1,4 +1,4 @@
-"""The GRPO stage's verifiable rewards (train/rewards.py): each reward right, wrong and partly right on
+"""The GRPO stage's verifiable rewards (train/rewards/): each reward right, wrong and partly right on
 hand-made items, every hack scored 0 by every reward it applies to, replies that game the benchmarks' rules,
 which rewards apply to which item, and the weighted total."""
 
@@ -10,12 +10,12 @@ import inspect
 import pytest
 
 from core.errors import ConfigError
+from core.formats.ovi import ovi_row_to_sample
+from core.formats.v2p import render_question
 from core.sample import Part, Sample, Turn
-from data_builders.ovi_format import ovi_row_to_sample
 from data_builders.phrasings import BANKS
-from data_builders.v2p_format import render_question
 from train import rewards
-from train.rewards import REWARDS, applicable, hacked, weighted
+from train.rewards import REWARDS, applicable, check_weights, hacked, weighted
 
 STEM = "How many circles does the box mark in the first half of the video?"
 OPTIONS = ["4", "2", "1", "3"]  # the right one, C, is "1"
@@ -61,7 +61,7 @@ def v2p_item(form: str | None = None, options: list[str] = OPTIONS, answer: str 
     question = render_question(STEM, options)
     meta = {"answer": answer, "options": options, "question": question}
     if form == "open":
-        meta.update(form="open", question=f"{STEM}\nAnswer in a few words.")
+        meta.update(format="open", question=f"{STEM}\nAnswer in a few words.")
     user = Turn("user", [Part.video("v.mp4", 0.0, 6.0), Part.txt(meta["question"]), Part.image("vp.jpg")])
     turns = [user, Turn("assistant", [Part.txt(answer)], loss=True)]
     return Sample("v2p-0", "v2p", turns, "synthetic", "v", (0.0, 6.0), meta)
@@ -493,14 +493,27 @@ def test_weighted_is_each_value_and_their_weighted_mean():
     assert weighted("", item, {"v2p_letter": 1.0, "v2p_format": 1.0})["total"] == 0.0
 
 
-def test_weighted_refuses_a_weight_that_names_no_reward():
+def test_a_weight_that_names_no_reward_is_refused():
+    """Checked once, when the run resolves (tests/test_grpo.py), not for every completion."""
     with pytest.raises(ConfigError, match="v2p_leter"):
-        weighted("C", v2p_item(), {"v2p_leter": 1.0})
+        check_weights({"v2p_leter": 1.0})
+    check_weights(rewards.default_weights())
 
 
-def test_the_module_imports_only_core_and_data_builders():
-    tree = ast.parse(inspect.getsource(rewards))
-    modules = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    modules |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    project = {m.split(".")[0] for m in modules} - {"__future__", "re", "collections", "decimal"}
-    assert project <= {"core", "data_builders"}
+def test_the_default_weights_are_the_registrys_rewards():
+    assert list(rewards.default_weights()) == [*REWARDS, *rewards.OPTIONAL_REWARDS]
+
+
+def test_the_rewards_import_only_core_data_builders_and_the_ovi_benchmarks_item_predicate():
+    """Pure functions of text and items: no model, no torch."""
+    modules = set()
+    for module in (rewards, rewards.text, rewards.hacks, rewards.v2p, rewards.ovi):
+        tree = ast.parse(inspect.getsource(module))
+        modules |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        modules |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+    project = {m for m in modules if m.split(".")[0] not in ("__future__", "re", "collections", "decimal")}
+    outside = {m for m in project if m.split(".")[0] not in ("core", "data_builders", "train")}
+    assert outside == {"eval.benchmarks.ovi"}
+    assert {m for m in project if m.startswith("train")} <= {"train", "train.rewards"} | {
+        f"train.rewards.{name}" for name in ("text", "hacks", "v2p", "ovi")
+    }

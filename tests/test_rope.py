@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from core.decoding import MediaSpec
+from core.formats.ovi import ovi_row_to_sample
 from core.media import FrameCache
 from core.video_io import write_mp4
-from data_builders.ovi_format import ovi_row_to_sample
 from models.ovi_simulation import prepare_inputs
 from models.rope import start_after_vision, use_released_positions
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from core.answers import official_correct, parse_ovi_mcq, tolerant_letter
-from data_builders.v2p_format import DIMENSIONS
+from core.formats.v2p import DIMENSIONS
 from eval.benchmarks import BENCHMARKS
 from eval.benchmarks.ovi import OVI
 from eval.benchmarks.shapes import prompt_shape

@@ -1,4 +1,4 @@
-"""Evaluation through a model server (eval/served.py, eval/server_process.py): what is sent is what the
+"""Evaluation through a model server (models/served.py, models/server_process.py): what is sent is what the
 in-process model reads, the server process is started and stopped cleanly, and — against a real
 ``transformers serve`` — served predictions equal in-process ones where the two engines compute the same."""
 
@@ -22,8 +22,8 @@ from core.config import ServerConfig, VideoTransport
 from core.decoding import MediaSpec
 from core.media import FrameCache
 from core.sample import Sample
-from eval.served import ServedModel, sampled_rate, write_lossless_mp4
-from eval.server_process import ServerError, launched_server
+from models.served import ServedModel, sampled_rate, write_lossless_mp4
+from models.server_process import ServerError, launched_server
 
 
 def _needs_a_video_server() -> None:
@@ -192,7 +192,7 @@ def test_a_launched_server_dies_with_a_launcher_killed_outright(tmp_path):
         f"""
         import sys, time
         from pathlib import Path
-        from eval.server_process import launched_server
+        from models.server_process import launched_server
         command = "{sys.executable} {script} {{model}} {{port}} x"
         with launched_server(command, "m", Path({str(tmp_path / "server.log")!r}), 30):
             print("up", flush=True)
@@ -460,8 +460,8 @@ def test_a_simulation_is_two_requests_cut_at_the_interruption(
 def test_a_full_checkpoint_is_served_from_links_beside_the_processor(tiny_checkpoint, tmp_path):
     """The training's files are linked, never written through: the processor's own files are new."""
     from core.config import ModelConfig
-    from eval.served import served_weights
     from models.loading import load_processor
+    from models.served import served_weights
 
     checkpoint = tmp_path / "run" / "checkpoints" / "checkpoint-7"
     checkpoint.mkdir(parents=True)

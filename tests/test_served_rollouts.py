@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.config import GrpoConfig, ModelConfig, ServerConfig, VideoTransport, WeightSync
+from core.config import ModelConfig, ServerConfig, VideoTransport
 from core.errors import ConfigError
+from core.rundir import RunDir
 from core.text_models import Reply
+from train.grpo_config import GrpoConfig, WeightSync
 from train.policy_weights import save_policy
-from train.served_rollouts import ServedRollouts, check_served_rollouts
+from train.served_rollouts import ServedSampler, check_served_rollouts
 
 
 def _lora_policy(tiny_checkpoint: Path):
@@ -51,10 +53,10 @@ def _perturb(policy, part: str, scale: float) -> None:
 
 def _greedy(model, adapter, context) -> list[str]:
     """The model's greedy reply (8 tokens at most) to an encoded conversation."""
-    from models.greedy import GreedyDecoder
+    from models.cached_decoder import CachedDecoder
     from models.sampling import sample_group
 
-    decoder = GreedyDecoder(model, adapter)
+    decoder = CachedDecoder(model, adapter)
     with torch.no_grad():
         logits = decoder.encode(context, positions=decoder.positions(context), cache=None)
         group = sample_group(decoder, logits, 1, 8, 0.0)
@@ -163,7 +165,7 @@ def test_a_vllm_server_re_reads_each_steps_weights_in_place(chat_server, tiny_ch
     prefix cache (else the old weights' keys and values are reused) and resumes, in that order; requests
     keep the name the server started under."""
     server = chat_server(_vllm_control())
-    engine = ServedRollouts(_reloading(server.url), adapter, tmp_path / "rollout_weights")
+    engine = ServedSampler(_reloading(server.url), adapter, RunDir(tmp_path))
     policy = _lora_policy(tiny_checkpoint)
     for step in range(2):
         engine.sync(policy, step)
@@ -192,10 +194,10 @@ def test_a_failed_reload_stops_with_the_server_left_paused(
 ):
     """A reload that fails leaves vLLM's weights half replaced: the run stops naming the endpoint and what
     the server said, and never resumes the engine on them."""
-    from eval.server_process import ServerError
+    from models.server_process import ServerError
 
     server = chat_server(_vllm_control(failing, status))
-    engine = ServedRollouts(_reloading(server.url), adapter, tmp_path / "rollout_weights")
+    engine = ServedSampler(_reloading(server.url), adapter, RunDir(tmp_path))
     with pytest.raises(ServerError, match=f"{failing}.* answered {status}.*{said}"):
         engine.sync(_lora_policy(tiny_checkpoint), 0)
     assert "/resume" not in [r["path"] for r in server.requests]
@@ -226,20 +228,22 @@ def test_a_launched_server_to_reload_is_started_once_in_vllms_dev_mode(adapter, 
     for sync in (WeightSync.reload, WeightSync.restart):
         launches.clear()
         server = ServerConfig(command="vllm serve {model} --port {port}")
-        engine = ServedRollouts(GrpoConfig(server=server, weight_sync=sync), adapter, tmp_path / str(sync))
+        settings = GrpoConfig(server=server, weight_sync=sync)
+        engine = ServedSampler(settings, adapter, RunDir(tmp_path / str(sync)))
         for step in range(3):
             engine.sync(None, step)
         engine.close()
         if sync is WeightSync.reload:
             assert launches == [("step-0", {"VLLM_SERVER_DEV_MODE": "1"})] and reloads == ["step-1", "step-2"]
-            assert engine._served.client.model == str(tmp_path / "reload" / "step-0")
+            assert engine._served.client.model == str(RunDir(tmp_path / "reload").rollout_weights(0))
         else:
             assert launches == [(f"step-{step}", None) for step in range(3)]
 
 
 def test_a_served_completion_is_scored_as_the_servers_tokens_or_its_text_tokenized_again(adapter, tmp_path):
-    settings = GrpoConfig(server=ServerConfig(command="serve {model} --port {port}"), max_completion_length=4)
-    engine = ServedRollouts(settings, adapter, tmp_path)
+    server = ServerConfig(command="serve {model} --port {port}")
+    settings = GrpoConfig(server=server, weight_sync=WeightSync.restart, max_completion_length=4)
+    engine = ServedSampler(settings, adapter, RunDir(tmp_path))
     tokenizer = adapter.processor.tokenizer
     eos, nan = tokenizer.eos_token_id, math.nan
     ids = tokenizer("red", add_special_tokens=False)["input_ids"]
@@ -312,7 +316,7 @@ def test_served_rollouts_sample_what_the_policy_samples_after_every_update(
     server = ServerConfig(command=_serve_command(sync is WeightSync.by_path), video=VideoTransport.path)
     settings = GrpoConfig(server=server, weight_sync=sync, num_generations=2, temperature=0.0)
     settings.max_completion_length = 8
-    engine = ServedRollouts(settings, adapter, tmp_path / "rollout_weights")
+    engine = ServedSampler(settings, adapter, RunDir(tmp_path))
     texts = {}
     try:
         for step in (0, 1):

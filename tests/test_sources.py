@@ -13,8 +13,8 @@ import pytest
 from caption_sources import ovi_build
 
 from core.errors import ConfigError, DataError, DataErrors
+from core.formats.ovi import check_ovi_row, load_ovibench
 from core.video_io import write_mp4
-from data_builders.ovi_format import check_ovi_row, load_ovibench
 from data_builders.ovi_train import build_ovi_items, build_ovi_train
 from data_builders.sources import (
     SOURCES,

@@ -11,10 +11,10 @@ import pytest
 from PIL import Image
 
 from core.errors import ConfigError, DataError
+from core.formats.v2p import parse_options
 from core.video_io import read_all_frames, write_mp4
 from data_builders.cli_config import VpSftBuild
 from data_builders.sources.tracks import load_generic_track, read_got10k, read_lasot, read_tracks
-from data_builders.v2p_format import parse_options
 from data_builders.vp_sft import build_vp_sft, questions_from_track
 
 W, H, N = 64, 48, 30

@@ -11,14 +11,14 @@ from release_rows import v2p_row as _row
 from release_rows import write_v2p_rows as _write
 
 from core.errors import DataErrors
-from core.sample import Sample
-from data_builders.v2p_format import (
+from core.formats.v2p import (
     INSTRUCTION,
     load_v2p_release,
     parse_options,
     render_question,
     write_v2p_release,
 )
+from core.sample import Sample
 
 
 def test_parse_options_accepts_one_or_two_spaces():

@@ -1,7 +1,8 @@
-"""The results viewer (eval/viewer.py): the page written beside the report of a run evaluated on the tiny
-model (a baseline, and a checkpoint whose answers are edited so that items go wrong → right and right →
-wrong), `python -m eval view`, a page that needs no network, and the page in a real browser: its items
-drawn, a filter changing what is shown, its frames loaded."""
+"""The results viewer (eval/viewer.py; `python -m eval view`: eval/view.py): the page written beside the
+report of a run evaluated on the tiny model (a baseline, and a checkpoint whose answers are edited so that
+items go wrong → right and right → wrong), `python -m eval view`, a page that needs no network, what a
+benchmark adds to its items, and the page in a real browser: its items drawn, a filter changing what is
+shown, its frames loaded."""
 
 from __future__ import annotations
 
@@ -133,6 +134,22 @@ def test_the_page_reads_the_runs_frame_cache_and_never_makes_one(tmp_path):
     assert frame_cache("${output_root}/frame_cache").root is None
     assert frame_cache(str(tmp_path / "absent")).root is None and not (tmp_path / "absent").exists()
     assert frame_cache(None).root is None
+
+
+def test_a_benchmark_adds_its_own_to_its_items_on_the_page():
+    """OVIBench's items (and the held-out pairs made from them) carry their interruption's timeline, where
+    the simulation cut the answer included; other benchmarks add nothing."""
+    from eval.benchmarks import BENCHMARKS
+
+    said, partial = "No, the blue one.", "The red"
+    meta = {"question_time": 2.0, "interruption_time": 5.0, "duration": 8.0, "format": "open",
+            "interruption_type": "Correction", "interruption": said, "partial_answer": partial}  # fmt: skip
+    answers = {"baseline": {"sim": {"cut_tokens": None}}, "checkpoint-2": {"sim": {"cut_tokens": 7}}}
+    timeline = {"tq": 2.0, "ti": 5.0, "duration": 8.0, "type": "Correction", "words": said,
+                "partial": partial, "format": "open", "cut": 7}  # fmt: skip
+    assert BENCHMARKS["ovi"].viewer_item(meta, answers) == {"ovi": timeline}
+    assert BENCHMARKS["ovi_pairs"].viewer_item(meta, answers) == {"ovi": timeline}
+    assert BENCHMARKS["v2p"].viewer_item(meta, answers) == {}
 
 
 def test_python_m_eval_view_writes_the_page_again(viewer_run, tmp_path):

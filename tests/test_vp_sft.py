@@ -13,10 +13,10 @@ import pytest
 from PIL import Image
 
 from core.errors import ConfigError, DataError
+from core.formats.v2p import load_v2p_release, parse_options, render_question
 from core.video_io import read_all_frames, write_mp4
 from data_builders.cli_config import QuestionKind, VpSftBuild
 from data_builders.qc import balance_answer_letters
-from data_builders.v2p_format import load_v2p_release, parse_options, render_question
 from data_builders.visual_prompts import SHAPES
 from data_builders.vp_kinds import VP_KINDS
 from data_builders.vp_sft import build_vp_sft, questions_from_tracks

@@ -14,8 +14,9 @@ from omegaconf import DictConfig, OmegaConf
 from core.cli import run_cli
 from core.config import EvalMode, TrainConfig, register_configs
 from eval.benchmarks import settings_schemas
+from train.stage_settings import STAGE_SETTINGS
 
-register_configs(settings_schemas())
+register_configs(settings_schemas(), STAGE_SETTINGS)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")

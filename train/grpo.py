@@ -1,7 +1,8 @@
 """The GRPO stage (``stage.method=grpo``): reinforcement learning with verifiable rewards, on video.
 
 Each step draws prompts from ``data.train`` (V2P items, asked in open form by default, and OVI items in both
-forms), samples ``num_generations`` completions of each from the very inputs the evaluation renders
+forms), has its sampler (``train.sampler``: the policy in this process, or a server given its weights)
+sample ``num_generations`` completions of each from the very inputs the evaluation renders
 (``train.rollouts``: the prompt encoded once, its cache shared by the group; an OVI item in open form rolled
 out through OVIBench's offline simulation, the model's own answer cut and interrupted), scores them with
 the rewards of ``train.rewards``, and takes one policy-gradient step on TRL's GRPO loss
@@ -12,8 +13,9 @@ per rollout (TRL's ``num_iterations=1``), so the old policy is the current one, 
 (``beta``): the start model, i.e. the LoRA adapter switched off, or a frozen second load under full
 fine-tuning.
 
-Logged per step (``train/...``): each reward's mean and std, the total's, the KL to the reference, the
-clipped share, completion lengths, and the share of groups whose rewards all tie (no learning signal).
+Settings: ``stage.grpo`` (``train.grpo_config``). Logged per step (``train/...``): each reward's mean and
+std, the total's, the KL to the reference, completion lengths and the share cut by the length limit, the
+share of groups whose rewards all tie (no learning signal), and what the sampler adds.
 """
 
 from __future__ import annotations
@@ -25,21 +27,22 @@ from typing import Any
 import torch
 from transformers import Trainer
 
-from core import distributed
-from core.config import GrpoConfig, V2pForm
+from core.formats.v2p import parse_options
 from core.media import FrameCache
 from core.run import Run
 from core.sample import Part, Sample
-from data_builders.v2p_format import parse_options
+from core.vocab import ItemForm
+from eval.benchmarks.ovi import is_open_item
 from eval.judging import make_judge
 from models.chat import VideoChatAdapter
-from models.greedy import GreedyDecoder
 from train.data import TrainingSet
-from train.grpo_loss import advantages, grpo_loss, nanstd, sampler_correction
+from train.grpo_config import GrpoConfig
+from train.grpo_loss import Scored, StepLoss, nanstd, step_loss
 from train.judge_reward import judge_rewards
 from train.rewards import applicable, weighted
-from train.rollouts import Rollout, completion_logps, is_interruption, rollout, sampler_logps
-from train.served_rollouts import ServedRollouts
+from train.rollouts import Rollout, completion_logps
+from train.sampler import InProcessSampler, Sampler
+from train.served_rollouts import ServedSampler
 from train.stages import Method, sft_arguments, sft_rows
 from train.trainer import RecipeHooks
 
@@ -56,15 +59,15 @@ def grpo_rows(run: Run, cache: FrameCache) -> TrainingSet:
         if sample.task != "v2p":
             prompts.append(sample)
             continue
-        if V2pForm.mcq in forms:
+        if ItemForm.mcq in forms:
             prompts.append(sample)
-        if V2pForm.open in forms:
+        if ItemForm.open in forms:
             prompts.append(open_form(sample))
     return replace(rows, rows=prompts)
 
 
 def open_form(sample: Sample) -> Sample:
-    """A V2P item asked without its options, to be answered in words (``meta["form"] == "open"``)."""
+    """A V2P item asked without its options, to be answered in words (``meta["format"] == "open"``)."""
     stem, _ = parse_options(sample.meta["question"])
     question = f"{stem}\n{OPEN_INSTRUCTION}"
 
@@ -73,7 +76,8 @@ def open_form(sample: Sample) -> Sample:
 
     user, *rest = sample.turns
     turns = [replace(user, parts=[reworded(p) for p in user.parts]), *rest]
-    return replace(sample, id=f"{sample.id}-open", turns=turns, meta={**sample.meta, "form": "open"})
+    meta = {**sample.meta, "format": ItemForm.open.value}
+    return replace(sample, id=f"{sample.id}-open", turns=turns, meta=meta)
 
 
 class PromptDataset(torch.utils.data.Dataset):
@@ -94,7 +98,7 @@ class PromptDataset(torch.utils.data.Dataset):
         """Each turn's media kinds and the kind of rollout: an interruption's turn has new frames only when
         it falls inside the video, and a turn with frames runs the vision tower once more."""
         turns = tuple(tuple(sorted({p.type for p in turn.parts} - {"text"})) for turn in sample.turns)
-        return (*turns, "interruption" if is_interruption(sample) else "prompt")
+        return (*turns, "interruption" if is_open_item(sample) else "prompt")
 
 
 def collate_prompts(items: list[Sample]) -> dict[str, list[Sample]]:
@@ -106,35 +110,30 @@ def grpo_batches(rows: TrainingSet, chat: VideoChatAdapter):
 
 
 def grpo_trainer_kwargs(run: Run, chat: VideoChatAdapter) -> dict[str, Any]:
+    """The stage's settings, its judge reward, and its sampler: a server handed the policy's weights before
+    each step where ``stage.grpo.server`` names one, else the policy in this process."""
     settings = run.cfg.stage.grpo
     judge = make_judge(settings.judge, run.dir.path, key="stage.grpo.judge")
-    served = None
     if settings.server.enabled:
-        served = ServedRollouts(settings, chat, run.dir.path / "rollout_weights")
+        sampler = ServedSampler(settings, chat, run.dir)
+    else:
+        sampler = InProcessSampler(settings, chat)
     return {
         "grpo": settings,
-        "chat": chat,
         "extra_rewards": judge_rewards(judge, settings.judge.metrics),
-        "served_rollouts": served,
+        "sampler": sampler,
     }
 
 
 class GrpoTrainer(RecipeHooks, Trainer):
-    """The HF Trainer with the recipe's hooks, whose loss is a GRPO step: rollouts, rewards, TRL's loss."""
+    """The HF Trainer with the recipe's hooks, whose loss is a GRPO step: rollouts from the sampler
+    (``train.sampler``), rewards, TRL's loss."""
 
     def __init__(
-        self,
-        *args,
-        grpo: GrpoConfig,
-        chat: VideoChatAdapter,
-        extra_rewards=None,
-        served_rollouts: ServedRollouts | None = None,
-        ref_model=None,
-        **kwargs,
+        self, *args, grpo: GrpoConfig, sampler: Sampler, extra_rewards=None, ref_model=None, **kwargs
     ):
         super().__init__(*args, **kwargs)
-        self.grpo, self.chat, self.extra_rewards = grpo, chat, extra_rewards or {}
-        self.served_rollouts = served_rollouts
+        self.grpo, self.sampler, self.extra_rewards = grpo, sampler, extra_rewards or {}
         self.ref_model = ref_model and self._prepared_reference(ref_model)
         self.loss_is_scaled_for_ga = False  # the loss is a micro-batch's: the Trainer divides by accumulation
         self._logged: dict[str, list[float]] = defaultdict(list)
@@ -150,91 +149,29 @@ class GrpoTrainer(RecipeHooks, Trainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """One micro-batch's GRPO loss (the Trainer's documented hook for a loss of one's own)."""
-        settings = self.grpo
+        settings, sampler = self.grpo, self.sampler
         policy = self.accelerator.unwrap_model(model)
-        rollouts = self._rollouts(policy, inputs["items"])
+        rollouts = sampler.rollouts(policy, inputs["items"], self.state.global_step)
         rewards = self._rewards(rollouts)
-        adv = advantages(rewards, settings.num_generations, str(settings.scale_rewards))
-        # The media placeholders the in-process sampler never picks are kept out of the distribution scored;
-        # a server samples from the whole vocabulary, so its completions are scored on the whole of it.
-        suppressed = None if self.served_rollouts else GreedyDecoder(policy, self.chat).suppressed
+        # The completions are scored on the distribution they were sampled from: without the tokens the
+        # sampler never picks.
+        suppressed = sampler.suppressed(policy)
         one_at_a_time = self.trainer_cfg.gradient_checkpointing  # one sequence's activations at a time
         logps, mask = completion_logps(
             model, rollouts, settings.temperature, suppressed, one_at_a_time=one_at_a_time
         )
-        if settings.mask_truncated_completions:
-            truncated = torch.tensor([t for r in rollouts for t in r.truncated], device=mask.device)
-            mask = mask * (~truncated).unsqueeze(1)
+        truncated = torch.tensor([t for r in rollouts for t in r.truncated])
         reference = self._reference_logps(policy, rollouts, suppressed) if settings.beta != 0.0 else None
-        weights = self._sampler_correction(rollouts, logps.detach(), mask)
-        tokens = sum(distributed.gather(float(mask.sum()))) / distributed.world_size()
-        parts = grpo_loss(
-            logps,
-            None,
-            reference,
-            adv.values.to(logps.device),
-            mask,
-            loss_type=str(settings.loss_type),
-            importance_sampling_level=str(settings.importance_sampling_level),
-            epsilon=settings.epsilon,
-            epsilon_high=settings.epsilon_high,
-            beta=settings.beta,
-            max_completion_length=settings.max_completion_length,
-            token_count=tokens,
-            sampler_weights=weights,
-        )
-        self._record(rollouts, rewards, adv.tied, parts)
-        return parts.loss
+        sampled = sampler.sampled_logps(rollouts, logps.detach())
+        step = step_loss(settings, rewards, Scored(logps, mask, truncated, reference, sampled))
+        self._record(rollouts, rewards, step)
+        return step.parts.loss
 
     def train(self, *args, **kwargs):
         try:
             return super().train(*args, **kwargs)
         finally:
-            if self.served_rollouts is not None:
-                self.served_rollouts.close()
-
-    def _rollouts(self, policy, items: list[Sample]) -> list[Rollout]:
-        if self.served_rollouts is not None:
-            return self.served_rollouts.rollouts(policy, items, self.state.global_step)
-        settings, was_training = self.grpo, policy.training
-        synced = distributed.world_size() > 1 and distributed.zero3_enabled()
-        policy.eval()
-        try:
-            return [
-                rollout(
-                    policy,
-                    self.chat,
-                    item,
-                    generations=settings.num_generations,
-                    temperature=settings.temperature,
-                    max_tokens=settings.max_completion_length,
-                    synced=synced,
-                )
-                for item in items
-            ]
-        finally:
-            policy.train(was_training)
-
-    def _sampler_correction(self, rollouts: list[Rollout], scored: torch.Tensor, mask: torch.Tensor):
-        """TRL's correction for served rollouts (None in process, where the sampler is the policy scored):
-        each completion weighted by its tokens' probability under the policy over the sampler's, as the
-        server returned them (NaN where it returned none: no correction), logged as TRL logs it."""
-        settings = self.grpo
-        if self.served_rollouts is None or not settings.vllm_importance_sampling_correction:
-            return None
-        weights = sampler_correction(
-            scored,
-            sampler_logps(rollouts, scored),
-            mask,
-            mode=str(settings.vllm_importance_sampling_mode),
-            clip_min=settings.vllm_importance_sampling_clip_min,
-            clip_max=settings.vllm_importance_sampling_clip_max,
-        )
-        real = weights.flatten() if weights.shape[1] == 1 else weights[mask.bool()]
-        if real.numel():
-            for name, value in (("min", real.min()), ("mean", real.mean()), ("max", real.max())):
-                self._logged[f"sampling/importance_sampling_ratio/{name}"].append(float(value))
-        return weights
+            self.sampler.close()
 
     def _rewards(self, rollouts: list[Rollout]) -> torch.Tensor:
         """Each completion's total reward (NaN where none applies), its parts recorded for logging."""
@@ -257,22 +194,26 @@ class GrpoTrainer(RecipeHooks, Trainer):
         with policy.disable_adapter():  # the start model: a fresh LoRA adapter switched off
             return completion_logps(policy, rollouts, temperature, suppressed)[0]
 
-    def _record(self, rollouts: list[Rollout], rewards: torch.Tensor, tied: torch.Tensor, parts) -> None:
+    def _record(self, rollouts: list[Rollout], rewards: torch.Tensor, step: StepLoss) -> None:
         logged = self._logged
         logged["reward"].append(float(torch.nanmean(rewards)))
         logged["reward_std"].append(float(nanstd(rewards)) if rewards.numel() > 1 else 0.0)
-        groups = tied.view(-1, self.grpo.num_generations)[:, 0]
+        groups = step.advantages.tied.view(-1, self.grpo.num_generations)[:, 0]
         logged["frac_reward_zero_std"].append(float(groups.float().mean()))
         lengths = [len(tokens) for r in rollouts for tokens in r.group.tokens]
         truncated = [t for r in rollouts for t in r.truncated]
         logged["completions/mean_length"].append(sum(lengths) / len(lengths))
         logged["completions/clipped_ratio"].append(sum(truncated) / len(truncated))
-        if self.served_rollouts is not None:  # completions cut before a media placeholder the server sampled
-            cuts = self.served_rollouts.placeholder_cuts
-            logged["completions/placeholder_cut_ratio"].append(cuts / len(lengths))
-        logged["clip_ratio"].append(parts.clipped)
-        if parts.kl is not None:
-            logged["kl"].append(parts.kl)
+        for key, value in self.sampler.logged().items():
+            logged[key].append(value)
+        if step.parts.kl is not None:
+            logged["kl"].append(step.parts.kl)
+        weights = step.sampler_weights
+        if weights is not None:  # TRL's correction for the sampler, logged as TRL logs it
+            real = weights.flatten() if weights.shape[1] == 1 else weights[step.mask.bool()]
+            if real.numel():
+                for name, value in (("min", real.min()), ("mean", real.mean()), ("max", real.max())):
+                    logged[f"sampling/importance_sampling_ratio/{name}"].append(float(value))
 
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
         """The Trainer's logs, with the means of what the steps since the last log recorded (a reward's

@@ -1,7 +1,12 @@
 """The GRPO objective as TRL's GRPOTrainer computes it (trl 1.16: ``_generate_and_score_completions`` for the
 advantages, ``_compute_loss`` for the loss), written out so that a loop on video can use it: TRL's trainer
 takes images but no video (docs/training.md). ``tests/test_grpo.py`` feeds the same prompts, completions and
-rewards to TRL's trainer and to these functions and compares loss and gradients.
+rewards to TRL's trainer and to these functions and compares loss and gradients. :func:`step_loss` is a
+step's loss as ``stage.grpo`` sets it, from the scored completions and their rewards.
+
+On policy: one update per rollout (TRL's ``num_iterations=1``), so the sampling policy is the policy
+scored, detached, and the importance ratio is 1 in value, the score function in its gradient. TRL's clip of
+that ratio (``epsilon``, ``epsilon_high``) never binds, and is not written out.
 
 Shapes: ``N`` completions (``N / G`` prompts of ``G`` completions each, a prompt's completions adjacent),
 ``T`` completion tokens (right-padded; ``mask`` 1 on real tokens).
@@ -13,6 +18,9 @@ import math
 from dataclasses import dataclass
 
 import torch
+
+from core import distributed
+from train.grpo_config import GrpoConfig
 
 
 def nanstd(values: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -61,25 +69,15 @@ class LossParts:
 
     loss: torch.Tensor
     kl: float | None  # the mean per-token KL to the reference (None: beta 0)
-    clipped_low: float  # share of tokens whose ratio fell below 1 - epsilon with a negative advantage
-    clipped_high: float  # share above 1 + epsilon_high with a positive advantage
-
-    @property
-    def clipped(self) -> float:
-        return self.clipped_low + self.clipped_high
 
 
 def grpo_loss(
     logps: torch.Tensor,
-    old_logps: torch.Tensor | None,
     ref_logps: torch.Tensor | None,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
     loss_type: str,
-    importance_sampling_level: str,
-    epsilon: float,
-    epsilon_high: float | None,
     beta: float,
     max_completion_length: int,
     use_bias_correction_kl: bool = True,
@@ -89,17 +87,14 @@ def grpo_loss(
     """The GRPO loss of one micro-batch (divided by gradient accumulation by the Trainer, as TRL divides it).
 
     Args:
-        logps: the policy's per-token log-probabilities (with gradients), ``(N, T)``.
-        old_logps: the sampling policy's (None: the same as ``logps``, detached: one update per rollout).
+        logps: the policy's per-token log-probabilities (with gradients), ``(N, T)``; the sampling policy's
+            are the same, detached (module docstring).
         ref_logps: the reference's (needed when ``beta`` is not 0).
         advantages: ``(N,)``.
         mask: ``(N, T)``; a truncated completion masked out when ``mask_truncated_completions``.
         loss_type: ``grpo`` (each completion's token mean, averaged), ``bnpo`` (the batch's token mean),
             ``dr_grpo`` (token sum over ``N x max_completion_length``), ``dapo`` (token sum over the tokens
             of the whole batch across processes, ``token_count``, per process).
-        importance_sampling_level: ``token`` (GRPO) or ``sequence`` (GSPO: one ratio per completion, the
-            mean of its tokens' log-ratios).
-        epsilon, epsilon_high: the clip range ``[1 - epsilon, 1 + epsilon_high]`` (None: ``epsilon``).
         beta: the KL penalty's weight (k3 estimator: ``exp(ref - logp) - (ref - logp) - 1`` per token).
         use_bias_correction_kl: multiply the KL by the importance ratio, so its gradient is the unbiased
             reverse-KL gradient (TRL's default; it changes the gradient even where the ratio is 1).
@@ -109,20 +104,8 @@ def grpo_loss(
             not its KL (TRL's ``importance_sampling_ratio``).
     """
     mask = mask.to(logps.dtype)
-    old_logps = logps.detach() if old_logps is None else old_logps
-    log_ratio = logps - old_logps
-    if importance_sampling_level == "token":
-        log_weights = log_ratio
-    elif importance_sampling_level == "sequence":
-        log_weights = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
-    else:
-        level = importance_sampling_level
-        raise ValueError(f"importance_sampling_level must be token or sequence, got {level!r}")
-    ratio = torch.exp(log_weights)
-    high = epsilon if epsilon_high is None else epsilon_high
-    clipped = torch.clamp(ratio, 1 - epsilon, 1 + high)
-    advantages = advantages.unsqueeze(1)
-    per_token = -torch.min(ratio * advantages, clipped * advantages)
+    ratio = torch.exp(logps - logps.detach())  # 1, with the policy's gradient
+    per_token = -ratio * advantages.unsqueeze(1)
     if sampler_weights is not None:
         per_token = per_token * sampler_weights
     kl = None
@@ -133,9 +116,7 @@ def grpo_loss(
         per_token = per_token + beta * per_token_kl
         kl = float((per_token_kl.detach() * mask).sum() / mask.sum().clamp(min=1.0))
     loss = _reduce(per_token * mask, mask, loss_type, max_completion_length, token_count)
-    low_clip = (ratio < 1 - epsilon) & (advantages < 0)
-    high_clip = (ratio > 1 + high) & (advantages > 0)
-    return LossParts(loss, kl, _share(low_clip, mask), _share(high_clip, mask))
+    return LossParts(loss, kl)
 
 
 def sampler_correction(
@@ -168,12 +149,58 @@ def sampler_correction(
     raise ValueError(f"vllm_importance_sampling_mode: unknown {mode!r}")
 
 
-def _share(flags: torch.Tensor, mask: torch.Tensor) -> float:
-    """The share of tokens flagged (of completions, under sequence-level weights), as TRL logs it."""
-    flags = flags.to(mask.dtype)
-    if flags.shape[1] == 1:
-        return float(flags.mean())
-    return float((flags * mask).sum() / mask.sum().clamp(min=1.0))
+@dataclass
+class Scored:
+    """A step's completions as the loss reads them, ``(N, T)`` each but ``truncated``."""
+
+    logps: torch.Tensor  # the policy's, with gradients
+    mask: torch.Tensor  # 1 on real tokens
+    truncated: torch.Tensor  # (N,) bool: cut by the length limit
+    reference: torch.Tensor | None  # the reference's (None: beta 0)
+    sampled: torch.Tensor | None  # the sampler's, where it is not the policy scored (a server), else None
+
+
+@dataclass
+class StepLoss:
+    """A step's loss, and what the stage logs of it."""
+
+    parts: LossParts
+    advantages: Advantages
+    mask: torch.Tensor  # the tokens that carry loss
+    sampler_weights: torch.Tensor | None  # TRL's correction for the sampler (None: none applied)
+
+
+def step_loss(settings: GrpoConfig, rewards: torch.Tensor, scored: Scored) -> StepLoss:
+    """The loss of one micro-batch as ``stage.grpo`` sets it: group-relative advantages of the rewards, the
+    truncated completions masked out where asked, the sampler corrected for where it returned its own
+    log-probabilities, and :func:`grpo_loss` over them (``dapo``'s normalizer: every rank's tokens)."""
+    adv = advantages(rewards, settings.num_generations, str(settings.scale_rewards))
+    mask = scored.mask
+    if settings.mask_truncated_completions:
+        mask = mask * (~scored.truncated.to(mask.device)).unsqueeze(1)
+    weights = None
+    if scored.sampled is not None and settings.vllm_importance_sampling_correction:
+        weights = sampler_correction(
+            scored.logps.detach(),
+            scored.sampled,
+            mask,
+            mode=str(settings.vllm_importance_sampling_mode),
+            clip_min=settings.vllm_importance_sampling_clip_min,
+            clip_max=settings.vllm_importance_sampling_clip_max,
+        )
+    tokens = sum(distributed.gather(float(mask.sum()))) / distributed.world_size()
+    parts = grpo_loss(
+        scored.logps,
+        scored.reference,
+        adv.values.to(scored.logps.device),
+        mask,
+        loss_type=str(settings.loss_type),
+        beta=settings.beta,
+        max_completion_length=settings.max_completion_length,
+        token_count=tokens,
+        sampler_weights=weights,
+    )
+    return StepLoss(parts, adv, mask, weights)
 
 
 def _reduce(losses: torch.Tensor, mask: torch.Tensor, loss_type: str, max_length: int, token_count):

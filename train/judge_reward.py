@@ -11,6 +11,7 @@ answer the judge reads is the model's own (``meta["spoken"]``), as the rollout s
 from __future__ import annotations
 
 from core.sample import Sample
+from eval.benchmarks.ovi import is_open_item
 from eval.judging import Judge, get_metric
 from train.rewards import Reward, hacked
 
@@ -24,7 +25,7 @@ class JudgeReward:
         self.judge, self.metrics = judge, metrics
 
     def __call__(self, completion: str, item: Sample) -> float | None:
-        if item.task != "ovi" or item.meta.get("format") != "open":
+        if not is_open_item(item):
             return None
         if hacked(completion, item):
             return 0.0

@@ -16,9 +16,10 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from core.config import ModelConfig, PeftMethod, TrainConfig
-from core.files import write_text_atomic
-from core.rundir import BASELINE, RunDir
+from core.files import markdown_table, write_text_atomic
+from core.rundir import RunDir
 from eval.benchmarks import BENCHMARKS
+from eval.summary_schema import reference_name
 
 TASK = "video-text-to-text"  # the Hub's task of a model answering in text about videos and images
 
@@ -95,11 +96,6 @@ def eval_results(cfg: TrainConfig, summary: dict[str, Any], model: str) -> list[
                 )
             )
     return results
-
-
-def reference_name(summary: dict[str, Any]) -> str:
-    """The model every delta is measured against (the untuned ``baseline`` in a training run)."""
-    return summary.get("reference") or summary.get("baseline", {}).get("name", BASELINE)
 
 
 def delta_text(compared: dict[str, Any]) -> str:
@@ -205,7 +201,7 @@ def _evaluation(cfg: TrainConfig, summary: dict[str, Any], model: str | None) ->
     for benchmark, entry in summary["benchmarks"].items():
         lines += ["", f"### {benchmark_title(cfg, benchmark)} (`{benchmark}`), {entry['n_items']} items", ""]
         lines += [f"- {note}: {_note(entry[note])}" for note in _NOTES if note in entry]
-        lines += _table(entry, model, reference)
+        lines += _metrics_table(entry, model, reference)
     lines += [""]
     lines += [f"- {key}: {_note(summary[key])}" for key in _RUN_NOTES if key in summary]
     return "\n".join(lines)
@@ -215,18 +211,16 @@ def _note(value: Any) -> str:
     return value if isinstance(value, str) else f"`{json.dumps(value, sort_keys=True)}`"
 
 
-def _table(entry: dict[str, Any], model: str, reference: str) -> list[str]:
+def _metrics_table(entry: dict[str, Any], model: str, reference: str) -> list[str]:
     rows = []
     for key, metric in entry.get("metrics", {}).items():
         compared = metric["checkpoints"].get(model)
         if "/" in key or compared is None:
             continue
-        rows.append(
-            f"| {key} | {_value(metric['baseline'])} | {_value(compared['value'])} | {delta_text(compared)} |"
-        )
+        rows.append([key, _value(metric["baseline"]), _value(compared["value"]), delta_text(compared)])
     if not rows:
         return []
-    return ["", f"| metric | {reference} | {model} | Δ |", "|---|---|---|---|", *rows]
+    return ["", *markdown_table(["metric", reference, model, "Δ"], rows)]
 
 
 def _value(value: float | None) -> str:

@@ -3,8 +3,9 @@ interrupted. Each is a :class:`train.stages.Method` run by the SFT recipe's own 
 
 Data: preference pairs (``data_builders.preferences``: the right reaction to an interruption over each
 wrong one) made from data.train's OVI samples, or read from pair datasets (``builder=preference``), in the
-forms of ``stage.pair_forms``, mixed by ``data.weights`` as SFT samples are. DPO trains on the pairs; KTO on
-the same pairs unpaired (each right reaction once, each distinct wrong one once, labelled desirable or not).
+forms of ``stage.preference.pair_forms``, mixed by ``data.weights`` as SFT samples are. DPO trains on the
+pairs; KTO on the same pairs unpaired (each right reaction once, each distinct wrong one once, labelled
+desirable or not). The stages' settings are ``stage.preference`` (``train.preference_config``).
 TRL has no collator for video conversations, so the rows stay rows of an HF dataset until a batch is drawn,
 then the chat adapter renders them as SFT and evaluation render them (``models.pairs``): DPO's chosen rows
 then rejected rows with a ``completion_mask`` over the final reaction; KTO's rows and its KL rows (each
@@ -30,9 +31,10 @@ from trl import DPOTrainer, KTOTrainer
 from core.config import TrainConfig
 from core.errors import ConfigError, DataError
 from core.media import FrameCache, check_media
+from core.pairs import LabelledReaction, PreferencePair, unpaired
 from core.run import Run
 from core.rundir import RunDir
-from data_builders.preferences import LabelledReaction, PreferencePair, load_pairs, unpaired
+from data_builders.preferences import load_pairs
 from models.chat import VideoChatAdapter, follows_on
 from models.loading import is_adapter, load_model, save_merged
 from models.pairs import pair_batch, unpaired_batch
@@ -67,17 +69,19 @@ def with_start_model(cfg: TrainConfig, run_dir: RunDir) -> TrainConfig:
 
 def training_pairs(run: Run, cache: FrameCache) -> TrainingSet:
     """The training pairs of ``data.train`` (pair datasets, or OVI samples made into pairs) in the forms of
-    ``stage.pair_forms``, mixed by ``data.weights``, whose media decode; the others are quarantined.
+    ``stage.preference.pair_forms``, mixed by ``data.weights``, whose media decode; the others are
+    quarantined.
 
     Raises:
-        ConfigError: ``stage.pair_forms`` is empty; bad ``data.weights``.
+        ConfigError: ``stage.preference.pair_forms`` is empty; bad ``data.weights``.
         DataError: no pair at all.
     """
     cfg = run.cfg
-    if not cfg.stage.pair_forms:
-        raise ConfigError("stage.pair_forms is empty: name open and/or mcq")
+    forms = cfg.stage.preference.pair_forms
+    if not forms:
+        raise ConfigError("stage.preference.pair_forms is empty: name open and/or mcq")
     per_dataset = [
-        [pair for pair in load_pairs(directory) if pair.sample.meta["format"] in cfg.stage.pair_forms]
+        [pair for pair in load_pairs(directory) if pair.sample.meta["format"] in forms]
         for directory in cfg.data.train
     ]
     shares = dataset_shares(cfg.data.train, cfg.data.weights)
@@ -101,7 +105,7 @@ def pair_mix(
             "path": path,
             "weight": cfg.data.weights[position] if shares else None,
             "share": shares[position] if shares else None,
-            "pairs": len(per_dataset[position]),  # in the dataset, in stage.pair_forms
+            "pairs": len(per_dataset[position]),  # in the dataset, in stage.preference.pair_forms
             "drawn": len(drawn[position]),  # for the epoch, before media checks
         }
         for position, path in enumerate(cfg.data.train)
@@ -129,7 +133,7 @@ def _rows_dataset(rows: list[dict]):
 def _trl_arguments(run: Run) -> dict[str, Any]:
     """What DPO's and KTO's configs take alike."""
     return {
-        "beta": run.cfg.stage.beta,
+        "beta": run.cfg.stage.preference.beta,
         "max_length": None,  # truncating would cut video tokens from the prompt
         "gradient_checkpointing": run.cfg.trainer.gradient_checkpointing,  # TRL's default is True
     }
@@ -142,7 +146,8 @@ def dpo_arguments(run: Run, rows: TrainingSet) -> tuple[type, dict[str, Any]]:
     """TRL's DPOConfig and what it takes beyond the Trainer's arguments."""
     from trl import DPOConfig
 
-    return DPOConfig, {**_trl_arguments(run), "loss_type": [str(loss) for loss in run.cfg.stage.loss_type]}
+    losses = [str(loss) for loss in run.cfg.stage.preference.loss_type]
+    return DPOConfig, {**_trl_arguments(run), "loss_type": losses}
 
 
 class PairCollator:

@@ -2,8 +2,9 @@
 
 Read top to bottom: :func:`resolve` makes the run (its data, benchmark directories and, for a post-SFT
 stage, its starting model); :func:`run` sets up each piece with a small function and hands them to the
-stage's trainer. A stage (``stage.method``: SFT, DPO, KTO) is a :class:`train.stages.Method` that brings its
-rows, its trainer's arguments, its batches and its trainer; every stage runs through the same steps here.
+stage's trainer. A stage (``stage.method``: SFT, DPO, KTO, GRPO) is a :class:`train.stages.Method` that
+brings its rows, its trainer's arguments, its batches and its trainer; every stage runs through the same
+steps here.
 What the loop does beyond the stock trainers lives in ``train.trainer`` (optimizer groups per tower, the
 multi-rank sample order, gradient clipping over the trainable parameters) and ``train.callbacks`` (loss
 logging, and evaluation through ``eval.evaluation``).
@@ -40,6 +41,7 @@ from train.model_card import write_model_card
 from train.modes import apply_peft
 from train.optim import check_learning_rates, tower_learning_rates
 from train.preference import DPO, KTO, reference_model, with_start_model
+from train.stage_settings import resolve_stage
 from train.stages import SFT, Method
 
 METHODS: dict[StageMethod, Method] = {
@@ -91,12 +93,14 @@ def training_arguments(
 
 
 def resolve(cfg: TrainConfig) -> Run:
-    """The training ``cfg`` asks for, resolved, on every rank alike: the synthetic datasets built when
+    """The training ``cfg`` asks for, resolved, on every rank alike: each stage's settings typed and
+    GRPO's checked (``train.stage_settings``), before any data or model; the synthetic datasets built when
     ``data.build_synthetic`` asks (file-locked, one rank builds) and used where no data or benchmark
     directory is given; each benchmark's settings typed (the held-out pairs' implicit reward at the
-    stage's beta, for a post-SFT stage); the SFT checkpoint a post-SFT stage starts from as its base
+    preference stage's beta, for DPO and KTO); the SFT checkpoint a post-SFT stage starts from as its base
     (merged once). ``cfg`` itself is left as it is."""
     run_dir = RunDir(cfg.run_dir)
+    cfg = replace(cfg, stage=resolve_stage(cfg.stage))
     deepspeed_config(cfg.trainer)  # a bad ZeRO setting, or QLoRA without CUDA, fails before anything is built
     if cfg.peft.method is PeftMethod.qlora:
         check_qlora(cfg.trainer)
@@ -104,7 +108,7 @@ def resolve(cfg: TrainConfig) -> Run:
     datasets = synthetic_datasets(cfg.data)
     evaluation = resolve_settings(cfg.eval, datasets)
     if METHODS[cfg.stage.method].implicit_reward and "ovi_pairs" in evaluation.settings:
-        pairs = replace(evaluation.settings["ovi_pairs"], beta=cfg.stage.beta)
+        pairs = replace(evaluation.settings["ovi_pairs"], beta=cfg.stage.preference.beta)
         evaluation = replace(evaluation, settings={**evaluation.settings, "ovi_pairs": pairs})
     cfg = replace(cfg, data=with_synthetic_training_data(cfg.data, datasets), eval=evaluation)
     return Run(with_start_model(cfg, run_dir), run_dir, quantized=cfg.peft.method is PeftMethod.qlora)

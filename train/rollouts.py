@@ -20,13 +20,12 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from core.sample import Sample
+from eval.benchmarks.ovi import is_open_item
+from models.batch import concat, repeat, text_piece, to_device
+from models.cached_decoder import CachedDecoder
 from models.chat import VideoChatAdapter
-from models.greedy import GreedyDecoder
-from models.ovi_simulation import interrupt, interruption_cut, to_device
+from models.ovi_simulation import interrupt, interruption_cut
 from models.sampling import Group, sample_group
-
-# Keys of a processor batch with one entry per token (the rest are per media item: pixels, grids, seconds).
-_TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
 
 
 @dataclass
@@ -51,11 +50,6 @@ class Rollout:
         return [not ended for ended in self.group.ended]
 
 
-def is_interruption(item: Sample) -> bool:
-    """Whether an item is rolled out through the interruption simulation (OVI in open form)."""
-    return item.task == "ovi" and item.meta.get("format") == "open"
-
-
 @torch.no_grad()
 def rollout(
     model,
@@ -74,8 +68,8 @@ def rollout(
         shared: encode the prompt once for the group (False: once per completion, for comparison).
         synced: every rank steps together (ZeRO-3); all ranks' items must be of one kind.
     """
-    decoder = GreedyDecoder(model, adapter)
-    if is_interruption(item):
+    decoder = CachedDecoder(model, adapter)
+    if is_open_item(item):  # rolled out through the interruption simulation
         cut = interruption_cut(item)
         interrupted = interrupt(decoder, adapter, item, cut, synced=synced)
         context, logits = interrupted.full, interrupted.logits
@@ -93,7 +87,7 @@ def rollout(
     return Rollout(item, {k: v.cpu() for k, v in context.items()}, group, texts)
 
 
-def _one_by_one(decoder: GreedyDecoder, context, generations: int, max_tokens: int, temperature, synced):
+def _one_by_one(decoder: CachedDecoder, context, generations: int, max_tokens: int, temperature, synced):
     """The group sampled without sharing the prompt: it is encoded again for every completion."""
     parts = []
     for _ in range(generations):
@@ -181,15 +175,5 @@ def _picked_logps(model, context, completions, mask, temperature: float, suppres
 def _with_completions(
     context: dict[str, torch.Tensor], completions: torch.Tensor, mask: torch.Tensor
 ) -> dict:
-    """The context repeated once per completion, each followed by its completion (right-padded): token keys
-    along the sequence, media items repeated in order."""
-    rows = completions.shape[0]
-    tails = {"input_ids": completions, "attention_mask": mask}  # mm_token_type_ids: 0, text
-    out = {}
-    for key, value in context.items():
-        if key in _TOKEN_KEYS:
-            tail = tails.get(key, torch.zeros_like(completions))
-            out[key] = torch.cat([value.repeat(rows, 1), tail.to(value.dtype)], dim=1)
-        else:
-            out[key] = torch.cat([value] * rows)
-    return out
+    """The context repeated once per completion, each followed by its completion (right-padded, text)."""
+    return concat([repeat(context, completions.shape[0]), text_piece(completions, mask)])

@@ -1,15 +1,17 @@
-"""GRPO's rollouts through an OpenAI-compatible server (``stage.grpo.server``), instead of in process.
+"""GRPO's rollouts through an OpenAI-compatible server (``stage.grpo.server``), instead of in process: the
+``train.sampler.Sampler`` :class:`ServedSampler`.
 
 Before each step's rollouts the policy is written as a whole checkpoint, the LoRA adapter merged
-(``train.policy_weights``), and handed to the server (``stage.grpo.weight_sync``): ``restart`` starts its
+(``train.policy_weights``), and handed to the server (``stage.grpo.weight_sync``; by default as the server's
+kind takes it, ``train.grpo_config.HAND_OVER``: reload for vLLM, else restart): ``restart`` starts its
 command again on it (any server: vLLM, SGLang, ``transformers serve``), ``by_path`` keeps one server and
 names the new directory in every request (a server that loads the model a request names from its path, as
 ``transformers serve`` started without a model does), ``reload`` keeps one vLLM server and has it re-read
 the new directory in place (``train.weight_reload``). So every step samples from the policy it trains, as
 the in-process loop does (one update per rollout: the old policy is the current one).
 
-The server is asked what the evaluation asks it (``eval.served.ServedModel``: the same messages, frames and
-clips): a prompt's G completions as G seeded requests (a server with prefix caching, as vLLM has, encodes
+The server is asked what the evaluation asks it (``models.served.ServedModel``: the same messages, frames
+and clips): a prompt's G completions as G seeded requests (a server with prefix caching, as vLLM has, encodes
 the prompt once for them); an OVI item in open form through the served simulation, the model's own greedy
 answer cut at the interruption point and sent back as the assistant turn, then G sampled reactions. The
 loss scores each completion in process (``train.rollouts.completion_logps``) on the conversation as the
@@ -32,18 +34,22 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import torch
+
 from core import distributed
-from core.config import GrpoConfig, WeightSync
 from core.errors import ConfigError
+from core.rundir import RunDir
 from core.sample import Part, Sample, Turn
 from core.text_models import Reply
-from eval.served import ServedModel
-from eval.server_process import launched_server
+from eval.benchmarks.ovi import is_open_item
+from models.cached_decoder import placeholder_ids
 from models.chat import VideoChatAdapter
-from models.greedy import GreedyDecoder
 from models.sampling import Group
+from models.served import ServedModel
+from models.server_process import launched_server
+from train.grpo_config import GrpoConfig, WeightSync
 from train.policy_weights import plain_sampling, save_policy
-from train.rollouts import Rollout, is_interruption
+from train.rollouts import Rollout, sampler_logps
 from train.weight_reload import DEV_MODE, reload_weights
 
 
@@ -68,18 +74,20 @@ def check_served_rollouts(settings: GrpoConfig) -> None:
         )
 
 
-class ServedRollouts:
-    """Each step's rollouts from a server given the policy's current weights (module docstring).
+class ServedSampler:
+    """Each step's rollouts from a server given the policy's current weights (module docstring): a
+    ``train.sampler.Sampler``.
 
     Args:
-        settings: ``stage.grpo`` (its ``server``, ``weight_sync`` and sampling settings).
+        settings: ``stage.grpo``, resolved (its ``server``, ``weight_sync`` and sampling settings).
         chat: the model's chat adapter (the messages sent, the conversation scored).
-        weights_root: where each step's weights are written (``<run_dir>/rollout_weights``).
+        run_dir: the run: each step's weights are written there (``RunDir.rollout_weights``), with the
+            server's log and the clips sent to it.
     """
 
-    def __init__(self, settings: GrpoConfig, chat: VideoChatAdapter, weights_root: Path):
+    def __init__(self, settings: GrpoConfig, chat: VideoChatAdapter, run_dir: RunDir):
         check_served_rollouts(settings)
-        self.settings, self.chat, self.weights_root = settings, chat, weights_root
+        self.settings, self.chat, self.run_dir = settings, chat, run_dir
         self._synced_step: int | None = None
         self._served: ServedModel | None = None
         self._server = ExitStack()  # the launched server, if any
@@ -87,6 +95,7 @@ class ServedRollouts:
         self._launched: Path | None = None  # the weights the running server was started on
         self._placeholders: set[int] | None = None  # the media placeholders' ids, from the policy's config
         self.placeholder_cuts = 0
+        self._completions = 0
 
     def rollouts(self, policy, items: list[Sample], step: int) -> list[Rollout]:
         """The items' rollouts at training step ``step`` (the weights are handed over once per step);
@@ -94,9 +103,21 @@ class ServedRollouts:
         if step != self._synced_step:
             self.sync(policy, step)
         if self._placeholders is None:  # the model's, which no step changes
-            self._placeholders = set(GreedyDecoder(policy, self.chat).suppressed.tolist())
+            self._placeholders = set(placeholder_ids(policy).tolist())
         self.placeholder_cuts = 0
+        self._completions = len(items) * self.settings.num_generations
         return [self._rollout(item, step) for item in items]
+
+    def suppressed(self, policy) -> None:
+        return None  # a server samples from the whole vocabulary, so its completions are scored on all of it
+
+    def sampled_logps(self, rollouts: list[Rollout], like: torch.Tensor) -> torch.Tensor:
+        """The server's log-probabilities of its tokens, as it returned them (NaN where it gave none)."""
+        return sampler_logps(rollouts, like)
+
+    def logged(self) -> dict[str, float]:
+        """The share of the last rollouts' completions cut before a media placeholder the server sampled."""
+        return {"completions/placeholder_cut_ratio": self.placeholder_cuts / max(1, self._completions)}
 
     def close(self) -> None:
         """Stop the server this started (if any)."""
@@ -107,16 +128,16 @@ class ServedRollouts:
     def sync(self, policy, step: int) -> None:
         """Write the policy's weights for step ``step`` and hand them to the server (rank 0, with every
         rank's help under ZeRO-3; every rank then asks the server they are at)."""
-        weights = self.weights_root / f"step-{step}"
+        weights = self.run_dir.rollout_weights(step)
         if distributed.is_main() or distributed.zero3_enabled():
             save_policy(policy, self.chat.processor, weights, plain_sampling(policy))
         if distributed.is_main():
             self._hand_over(weights)
-            for old in self.weights_root.iterdir():  # only the served weights are kept
+            for old in self.run_dir.rollout_weights_dir.iterdir():  # only the served weights are kept
                 if old != weights:
                     shutil.rmtree(old, ignore_errors=True)
         base_url, name = distributed.broadcast((self._base_url, self._served_name(weights)))
-        clips = self.weights_root.parent / "eval" / "served_clips"
+        clips = self.run_dir.served_clips_dir
         self._served = ServedModel(base_url, name, self.chat, self.settings.server, clips)
         self._synced_step = step
         distributed.barrier()
@@ -137,7 +158,7 @@ class ServedRollouts:
 
     def _launch(self, weights: Path) -> str:
         server = self.settings.server
-        log = self.weights_root.parent / "rollout_server.log"
+        log = self.run_dir.rollout_server_log_file
         env = DEV_MODE if self.settings.weight_sync is WeightSync.reload else None
         url = self._server.enter_context(
             launched_server(server.command, weights, log, server.startup_timeout_s, env)
@@ -156,7 +177,7 @@ class ServedRollouts:
 
     def _rollout(self, item: Sample, step: int) -> Rollout:
         settings, served = self.settings, self._served
-        if is_interruption(item):
+        if is_open_item(item):  # the served simulation: the model's own answer cut, then interrupted
             item, answer = served.interrupted(item)
             spoken = self._without_placeholders(answer.content)
             question, _, interruption, reference = item.turns

@@ -1,6 +1,6 @@
 """What a training stage brings to the recipe (``stage.method``), and the first stage, supervised
-fine-tuning. The post-SFT stages are in ``train.preference``; ``train.recipe`` runs whichever is chosen
-through the same steps."""
+fine-tuning. The post-SFT stages are in ``train.preference`` (DPO, KTO) and ``train.grpo`` (GRPO);
+``train.recipe`` runs whichever is chosen through the same steps."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""The recipe's changes to the trainer a stage runs (the HF Trainer for SFT, TRL's DPO and KTO trainers
-for the post-SFT stages), in one mixin: the optimizer's parameters grouped by tower, each at its own
-learning rate (train/optim.py); with several ranks, a sample order that gives every rank the same kinds of
-media at every step (train.data.MediaKindSampler); two per-step costs of the stock Trainer removed
-(``bench/bench_trainer_overhead.py`` measures them); and, for TRL's trainers, our rendered rows kept as
-they are.
+"""The recipe's changes to the trainer a stage runs (the HF Trainer for SFT, and for GRPO with a loss of
+its own; TRL's DPO and KTO trainers for the preference stages), in one mixin: the optimizer's parameters
+grouped by tower, each at its own learning rate (train/optim.py); with several ranks, a sample order that
+gives every rank the same kinds of media at every step (train.data.MediaKindSampler); two per-step costs
+of the stock Trainer removed (``bench/bench_trainer_overhead.py`` measures them); and, for TRL's trainers,
+our rendered rows kept as they are.
 
 The private hooks. Where HF or TRL offer a public hook, it is used (``create_optimizer``,
 ``get_optimizer_cls_and_kwargs``, ``get_decay_parameter_names``, ``floating_point_ops``). Three changes have

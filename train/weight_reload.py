@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from eval.server_process import ServerError
+from models.server_process import ServerError
 
 DEV_MODE = {"VLLM_SERVER_DEV_MODE": "1"}  # the environment vLLM needs to serve the endpoints below
 

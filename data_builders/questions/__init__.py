@@ -35,8 +35,8 @@ usual order, so the output does not depend on the number of workers or on which 
 
 The package: :mod:`~data_builders.questions.qa` (:class:`QA`, the :class:`QuestionGenerator` protocol and
 the caption helpers both backends use), :mod:`~data_builders.questions.templates` (the template kinds),
-:mod:`~data_builders.questions.model` (the model backends, their prompt, reply checks and cache); here,
-the settings (:class:`QuestionConfig`), the order a video's questions come in, and the factory.
+:mod:`~data_builders.questions.model` (the model backends: their settings, :class:`QuestionConfig`, their
+prompt, reply checks and cache); here, the order a video's questions come in, and the factory.
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from core.text_models import EndpointConfig, TextBackend, TextModelConfig, make_text_model
-from data_builders.questions.model import ModelQuestions, build_prompt, parse_reply
+from core.text_models import TextBackend, make_text_model
+from data_builders.questions.model import ModelQuestions, QuestionConfig, build_prompt, parse_reply
 from data_builders.questions.qa import QA, QuestionContext, QuestionError, QuestionGenerator, as_sentence
 from data_builders.questions.templates import NOT_THE_PAPERS, TEMPLATE_KINDS, TemplateQuestions
 from data_builders.sources.captions import CaptionedVideo
@@ -57,19 +57,6 @@ from data_builders.sources.captions import CaptionedVideo
 # How questions are ordered within a video (stable otherwise): the pipeline's random choices index
 # into this list, so the order is part of what a seed produces.
 _KIND_ORDER = {"source": 0, "generated": 1, "object": 2} | {kind: 1 for kind in TEMPLATE_KINDS[:-1]}
-
-
-@dataclass
-class QuestionConfig(TextModelConfig):
-    """Question generation (``builder.questions.*``): the keys of a text model
-    (:mod:`core.text_models`; ``backend: none`` asks template questions, no model) and these."""
-
-    endpoint: EndpointConfig = field(default_factory=lambda: EndpointConfig(timeout_s=120.0))
-    cache: str | None = None  # JSONL cache; None: <out>/question_cache.jsonl (model backends only)
-    frames: int = 4  # endpoint: frames of the segment sent as images; 0: captions only (text models)
-    frame_max_pixels: int = 448 * 448  # pixel budget per frame sent
-    attempts: int = 3  # tries per segment while the reply is not a valid JSON question/answer
-    retry_failed: bool = False  # ask again for segments cached as failed
 
 
 def video_questions(

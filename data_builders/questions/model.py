@@ -12,12 +12,13 @@ import threading
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from core.errors import ConfigError, DecodeError
 from core.files import JsonlStore
-from core.text_models import TextModel, TextModelError
+from core.text_models import EndpointConfig, TextModel, TextModelConfig, TextModelError
 from data_builders.questions.qa import (
     QA,
     QuestionContext,
@@ -29,9 +30,6 @@ from data_builders.questions.qa import (
     source_qa,
 )
 from data_builders.sources.captions import Caption, CaptionedVideo
-
-if TYPE_CHECKING:
-    from data_builders.questions import QuestionConfig
 
 # Part of every cache key: bump it when the prompt or the reply checks change.
 PROMPT_VERSION = 1
@@ -89,6 +87,20 @@ def parse_reply(reply: str) -> tuple[dict[str, str] | None, str]:
     if len(answer.split()) > MAX_ANSWER_WORDS:
         return None, f"the answer is longer than {MAX_ANSWER_WORDS} words"
     return {"question": " ".join(question.split()), "answer": " ".join(answer.split())}, ""
+
+
+@dataclass
+class QuestionConfig(TextModelConfig):
+    """Question generation (``builder.questions.*``): the keys of a text model
+    (:mod:`core.text_models`; ``backend: none`` asks template questions, no model) and these, which the
+    model backends read."""
+
+    endpoint: EndpointConfig = field(default_factory=lambda: EndpointConfig(timeout_s=120.0))
+    cache: str | None = None  # JSONL cache; None: <out>/question_cache.jsonl (model backends only)
+    frames: int = 4  # endpoint: frames of the segment sent as images; 0: captions only (text models)
+    frame_max_pixels: int = 448 * 448  # pixel budget per frame sent
+    attempts: int = 3  # tries per segment while the reply is not a valid JSON question/answer
+    retry_failed: bool = False  # ask again for segments cached as failed
 
 
 class ModelQuestions:

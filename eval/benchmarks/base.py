@@ -3,9 +3,10 @@
 A benchmark knows its settings (a dataclass: ``eval.settings.<name>``), how to load its items, what the
 model is asked for each (an answer to generate, or the log-likelihood of given completions), how to score
 one prediction, which categories an item is reported under, which metrics an LLM judge scores, which make
-the headline, and what its report section and W&B run say beyond the common tables. Everything else
-(generation, sharding, resuming, caching, judging, summaries, reports, W&B) is the same for every benchmark
-and lives in ``eval/``: a new benchmark is one file here and one entry in ``eval.benchmarks.BENCHMARKS``.
+the headline, and what its report section, W&B run and results-viewer items show beyond the common ones.
+Everything else (generation, sharding, resuming, caching, judging, summaries, reports, W&B, the viewer) is
+the same for every benchmark and lives in ``eval/``: a new benchmark is one file here and one entry in
+``eval.benchmarks.BENCHMARKS``.
 
 Predictions are stored, scores are not: a result record holds the prediction and how it was produced, and
 scores and categories are computed from it whenever a summary is built. So a fix to a scorer or a category
@@ -83,6 +84,10 @@ def _no_figures(summary: dict[str, Any], out_dir: Path) -> list[str]:
     return []
 
 
+def _nothing_shown(meta: Meta, answers: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {}
+
+
 @dataclass(frozen=True)
 class SummaryContext:
     """What a benchmark's summary hook sees: its settings, the run's media spec, what its derivation said
@@ -142,6 +147,8 @@ class Benchmark:
         logged: ``(summary entry, model) -> extra scalars`` logged to W&B for the model.
         figures: ``(summary, run directory) -> report lines`` of the plots it draws beside the report (the
             OVIBench radar), shown at the end of its report section.
+        viewer_item: ``(meta, each model's answer as the results viewer holds it) -> entries`` added to the
+            item in the viewer's page, which draws them (OVIBench: ``ovi``, the interruption's timeline).
     """
 
     name: str
@@ -171,6 +178,7 @@ class Benchmark:
     report_lines: Callable[[dict[str, Any], tuple[str, str | None]], list[str]] = _no_lines
     logged: Callable[[dict[str, Any], str], dict[str, float]] = _nothing_logged
     figures: Callable[[dict[str, Any], Path], list[str]] = _no_figures
+    viewer_item: Callable[[Meta, dict[str, dict[str, Any]]], dict[str, Any]] = _nothing_shown
 
     def __post_init__(self) -> None:
         if (self.load is None) == (self.derive is None) or (self.derive is None) != (self.source is None):

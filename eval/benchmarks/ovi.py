@@ -17,9 +17,9 @@ from typing import Any
 from core.answers import parse_ovi_mcq
 from core.config import OviProtocol
 from core.errors import ConfigError
+from core.formats.ovi import load_ovibench
 from core.sample import Sample
 from core.vocab import INTERRUPTION_TYPES
-from data_builders.ovi_format import load_ovibench
 from eval.benchmarks.base import Benchmark, Meta
 from eval.radar import write_radar
 from eval.rubrics import BINARY, METRICS, metrics_for
@@ -50,6 +50,12 @@ def load(settings: OviSettings) -> list[Sample]:
 
 def is_open(meta: Meta) -> bool:
     return meta["format"] == "open"
+
+
+def is_open_item(sample: Sample) -> bool:
+    """Whether a sample is an open OVIBench item: a reaction in words, judged, and simulated under the
+    simulated protocol. GRPO picks the same items (its interruption rollouts, its open OVI rewards)."""
+    return sample.task == "ovi" and is_open(sample.meta)
 
 
 def score(prediction: str, meta: Meta) -> dict[str, float]:
@@ -130,6 +136,25 @@ def radar(summary: dict[str, Any], out_dir: Path) -> list[str]:
     ]
 
 
+def viewer_timeline(meta: Meta, answers: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The item's timeline in the results viewer (``eval.viewer``): when the question is asked, when the
+    user interrupts and how, and where the simulation cut the models' own answer."""
+    timeline = {
+        "tq": meta.get("question_time"),
+        "ti": meta.get("interruption_time"),
+        "duration": meta.get("duration"),
+        "type": meta.get("interruption_type"),
+        "words": meta.get("interruption"),
+        "partial": meta.get("partial_answer"),
+        "format": meta.get("format"),
+    }
+    # Where the simulation cut the model's own answer (the same for every model: it follows the times).
+    cuts = [a["sim"]["cut_tokens"] for a in answers.values() if (a.get("sim") or {}).get("cut_tokens")]
+    if cuts:
+        timeline["cut"] = cuts[0]
+    return {"ovi": timeline}
+
+
 def made_with(settings: OviSettings) -> dict[str, Any]:
     """Generation lengths and the protocol; under simulation, how the answer is cut."""
     recorded: dict[str, Any] = {
@@ -169,5 +194,6 @@ OVI = Benchmark(
     simulated=simulated,
     notes=notes,
     figures=radar,
+    viewer_item=viewer_timeline,
     synthetic="ovibench",
 )

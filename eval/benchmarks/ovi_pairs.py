@@ -21,11 +21,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from core.errors import ConfigError
+from core.formats.ovi import load_ovibench
+from core.pairs import PreferencePair, with_reaction
 from core.sample import Sample
 from core.vocab import INTERRUPTION_TYPES, ITEM_FORMS
-from data_builders.ovi_format import load_ovibench
-from data_builders.preferences import PreferencePair, pairs_from_samples, with_reaction
+from data_builders.preferences import pairs_from_samples
 from eval.benchmarks.base import Benchmark, Kind, Meta
+from eval.benchmarks.ovi import viewer_timeline
 
 
 @dataclass
@@ -33,7 +35,7 @@ class OviPairsSettings:
     """``eval.settings.ovi_pairs``."""
 
     root: str | None = None  # an OVIBench directory (ovibench.jsonl, videos/), never trained on
-    # the implicit reward's beta (a preference training sets its stage.beta); null: accuracy and its delta
+    # the implicit reward's beta (DPO and KTO set their stage.preference.beta); null: accuracy and its delta
     beta: float | None = None
 
 
@@ -105,5 +107,6 @@ OVI_PAIRS = Benchmark(
     metric_order=("accuracy", "reward_accuracy", "margin"),
     category_order={"type": INTERRUPTION_TYPES, "form": ITEM_FORMS},
     notes=notes,
+    viewer_item=viewer_timeline,  # each pair is an OVIBench item: its timeline
     synthetic="ovibench",
 )

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.answers import official_correct, tolerant_letter
-from core.config import InputOrder
 from core.errors import ConfigError
+from core.formats.v2p import DIMENSIONS, InputOrder, load_v2p_release
 from core.sample import Sample
-from data_builders.v2p_format import DIMENSIONS, load_v2p_release
 from eval.benchmarks.base import Benchmark, Meta, SummaryContext
 from eval.benchmarks.shapes import SHAPES, UNKNOWN, prompt_shape
 

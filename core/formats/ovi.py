@@ -18,12 +18,12 @@ one JSON object per line in ``<root>/ovibench.jsonl``, videos under ``<root>/vid
     interruption_type   "Cancellation" | "False Trigger" | "Correction"
     interruption        the user's interrupting utterance
     reference_reaction  the right reaction after the interruption
-    format              "mcq" | "open"
+    format              "mcq" | "open" (core.vocab.ItemForm; a sample carries it as meta["format"])
     options             mcq only: 4 candidate continuations
     answer_letter       mcq only: the letter of the right continuation
     visual_evidence     optional: a text description of the video up to t_i (shown to the LLM judge)
     phrasing            optional: the phrase bank the interruption's words came from, "train" | "eval"
-                        | "paraphrased" (data_builders/phrasings.py)
+                        | "paraphrased" (core.vocab.Phrasing; the banks: data_builders/phrasings.py)
     question_kind       optional: how the question was made ("window", "after", "source", "generated", ...;
                         data_builders/questions/)
     source_annotations  optional: the source's own ids of the annotations the question rests on, e.g.
@@ -46,8 +46,7 @@ from core.checks import duplicate_ids, is_list_of, is_number, is_string
 from core.errors import DataErrors
 from core.files import read_jsonl, write_jsonl_atomic
 from core.sample import Part, Sample, Turn
-from core.vocab import INTERRUPTION_TYPES, ITEM_FORMS
-from data_builders.phrasings import BANKS
+from core.vocab import INTERRUPTION_TYPES, ITEM_FORMS, PHRASINGS
 
 OVI_FILE = "ovibench.jsonl"
 MCQ_INSTRUCTION = (
@@ -55,7 +54,6 @@ MCQ_INSTRUCTION = (
     'Trigger or Correction). Reply with the letter, then the type in parentheses, e.g. "A (Correction)".'
 )
 LETTERS = "ABCD"
-PHRASINGS = tuple(BANKS)  # the phrase banks a row may record
 _STRINGS = (
     "id",
     "video_path",

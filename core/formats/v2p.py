@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from core.checks import duplicate_ids, is_list_of, is_string
+from core.choice import Choice
 from core.errors import DataErrors
 from core.files import read_jsonl, write_jsonl_atomic
 from core.sample import Part, Sample, Turn
@@ -40,7 +41,6 @@ DIMENSIONS: dict[int, tuple[str, str]] = {
     13: ("PU", "Plot Understanding"),
     14: ("CI", "Counterfactual Inference"),
 }
-INPUT_ORDERS = ("official", "vp_first")
 _OPTION_LINE = re.compile(r"^([A-Z]):[ \t]+(\S.*?)\s*$")
 _FIELDS: dict[str, tuple[type, ...]] = {
     "video_id": (str, int),
@@ -53,6 +53,13 @@ _FIELDS: dict[str, tuple[type, ...]] = {
     "dimension": (int,),
     "category": (int,),
 }
+
+
+class InputOrder(Choice):
+    """Where a V2P item's visual-prompt frame goes in its user turn (``eval.settings.v2p.input_order``)."""
+
+    official = "official"  # video, question, VP frame (the official V2P-Bench inference script)
+    vp_first = "vp_first"  # video, VP frame, question
 
 
 def parse_options(question: str) -> tuple[str, list[str]]:
@@ -169,7 +176,7 @@ def _check_files(root: Path, row: dict[str, Any], number: int, cache: dict[Path,
 
 
 def load_v2p_release(
-    root: str | Path, *, input_order: str = "official", require_files: bool = True
+    root: str | Path, *, input_order: str = InputOrder.official, require_files: bool = True
 ) -> list[Sample]:
     """Load a V2P-Bench release (or a synthetic twin) as samples.
 
@@ -183,8 +190,9 @@ def load_v2p_release(
         DataErrors: listing every bad row (line number and field) before any sample is built.
         ValueError: on an unknown ``input_order``.
     """
-    if input_order not in INPUT_ORDERS:
-        raise ValueError(f"input_order must be one of {INPUT_ORDERS}, got {input_order!r}")
+    if input_order not in tuple(InputOrder):
+        orders = tuple(order.value for order in InputOrder)
+        raise ValueError(f"input_order must be one of {orders}, got {input_order!r}")
     root = Path(root)
     path = root / RELEASE_FILE
     problems: list[str] = []
@@ -220,7 +228,7 @@ def _to_sample(
     video = Part.video(_media(root, "videos", row["video_path"], cache), 0.0, duration)
     images = [Part.image(_media(root, "frames", f, cache)) for f in _frame_paths(row)]
     question = Part.txt(row["question"])
-    parts = [video, question, *images] if input_order == "official" else [video, *images, question]
+    parts = [video, question, *images] if input_order == InputOrder.official else [video, *images, question]
     _, options = parse_options(row["question"])
     meta = {
         "answer": row["answer"],

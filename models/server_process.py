@@ -1,4 +1,5 @@
-"""A model server started for an evaluation and stopped after it: ``eval.server.command`` on a free port.
+"""A model server started for a block and stopped after it (a served evaluation's ``eval.server.command``,
+GRPO's rollout server ``stage.grpo.server.command``) on a free port.
 
 The command is a template (``{model}``: the weights directory, ``{port}``), run in its own process group so
 that stopping it stops whatever it spawned (vLLM's engine processes). Its output goes to a log file, which

@@ -1,8 +1,10 @@
-"""Greedy decoding of one conversation with explicit positions and one key/value cache (batch of one).
+"""Decoding one conversation with explicit positions and one key/value cache.
 
 The OVIBench interruption simulation (``models.ovi_simulation``) encodes a prompt, decodes the model's
-answer, appends a turn to the same cache and decodes again; positions are passed on every forward, so a
-cached continuation and a re-encoding see identical ids. Under ZeRO-3 several ranks decode in step.
+answer greedily, appends a turn to the same cache and decodes again; GRPO's rollouts sample a group of
+continuations from one encoded prompt (``models.sampling``) through the same steps. Positions are passed on
+every forward, so a cached continuation and a re-encoding see identical ids. Under ZeRO-3 several ranks
+decode in step.
 """
 
 from __future__ import annotations
@@ -10,10 +12,10 @@ from __future__ import annotations
 import torch
 
 from core import distributed
+from models.batch import GRID_KEYS
 from models.chat import VideoChatAdapter
 
-_GRID_KEYS = ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")  # what get_rope_index reads
-# Media placeholders are never text: fed back as part of an answer they would be taken for a media slot.
+# Where a model's config names its media placeholder tokens.
 _PLACEHOLDER_ATTRS = (
     "image_token_id",
     "video_token_id",
@@ -24,8 +26,23 @@ _PLACEHOLDER_ATTRS = (
 )
 
 
-class GreedyDecoder:
-    """Greedy decoding with explicit positions and one key/value cache (batch of one)."""
+def placeholder_ids(model) -> torch.Tensor:
+    """The model's media placeholder token ids, which a decoder never picks: fed back as part of an
+    answer they would be taken for a media slot."""
+    ids = [getattr(model.config, name, None) for name in _PLACEHOLDER_ATTRS]
+    return torch.tensor([i for i in ids if i is not None], dtype=torch.long)
+
+
+def ranks_in_step() -> bool:
+    """Whether the ranks must decode in step (every decoding call's ``synced``): under ZeRO-3 over several
+    processes every forward pass gathers the weights from all ranks."""
+    return distributed.world_size() > 1 and distributed.zero3_enabled()
+
+
+class CachedDecoder:
+    """A conversation (batch of one) encoded with explicit positions into one key/value cache, then
+    continued token by token: greedily (:meth:`decode`), or from tokens picked elsewhere and fed to
+    :meth:`step` (``models.sampling``, which first repeats the cache for a group of rows)."""
 
     def __init__(self, model, adapter: VideoChatAdapter):
         self.model = model
@@ -34,8 +51,7 @@ class GreedyDecoder:
         self.next_position = 0  # the (text) position of the next token fed
         self._rope_index = _find_rope_index(model)
         self.eos_ids = _stop_ids(model, adapter)
-        suppressed = [getattr(model.config, name, None) for name in _PLACEHOLDER_ATTRS]
-        self.suppressed = torch.tensor([i for i in suppressed if i is not None], dtype=torch.long)
+        self.suppressed = placeholder_ids(model)
 
     def positions(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Position ids of every token of ``batch`` (a whole conversation from its first token).
@@ -47,7 +63,7 @@ class GreedyDecoder:
         ids = batch["input_ids"]
         if self._rope_index is None:
             return torch.arange(ids.shape[1], device=ids.device)[None]
-        grids = {k: batch[k] for k in _GRID_KEYS if k in batch}
+        grids = {k: batch[k] for k in GRID_KEYS if k in batch}
         positions, _ = self._rope_index(ids, mm_token_type_ids=batch["mm_token_type_ids"], **grids)
         return positions
 
@@ -113,7 +129,7 @@ class GreedyDecoder:
 
 
 def _stop_ids(model, adapter: VideoChatAdapter) -> set[int]:
-    """Where greedy decoding stops: the generation config's end tokens and the tokenizer's (end of turn)."""
+    """Where decoding stops: the generation config's end tokens and the tokenizer's (end of turn)."""
     ids = model.generation_config.eos_token_id
     ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
     tokenizer_eos = adapter.processor.tokenizer.eos_token_id

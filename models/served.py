@@ -1,5 +1,7 @@
-"""Evaluation through an OpenAI-compatible server: the model behind it is asked exactly what the in-process
-model is asked.
+"""A model behind an OpenAI-compatible server, asked exactly what the in-process model is asked: the
+evaluation's served predictor (the ``eval.predictor.Predictor`` face: ``generate``, ``loglikelihood``) and
+GRPO's served sampler (``train.served_rollouts``: ``interrupted``, ``sampled``). It stands below both, with
+its launcher (``models.server_process``).
 
 Each sample becomes chat messages with the chat format's system turn and part order; each video span is
 decoded by our media spec (the frame cache's very frames) and written as a lossless MP4 (``libx264rgb``,
@@ -35,16 +37,16 @@ import numpy as np
 
 from core.config import ModelConfig, OviProtocol, RunConfig, ServerConfig, VideoTransport
 from core.decoding import Clip
+from core.errors import UserError
 from core.files import atomic_dir, atomic_path
 from core.media import load_image, span_specs
 from core.rundir import RunDir
 from core.sample import Part, Sample, Turn
 from core.text_models import EndpointTextModel, Reply, TextModelConfig
-from eval.predictor import NotServed
-from eval.server_process import launched_server
 from models.chat import VideoChatAdapter
 from models.loading import is_adapter, save_merged
 from models.ovi_simulation import interruption_cut
+from models.server_process import launched_server
 
 ENGINE = "served"
 NOT_SERVED = (
@@ -58,9 +60,13 @@ _SAMPLED_TOKENS = {"logprobs": True, "top_logprobs": 0, "return_tokens_as_token_
 _CLIP_FORMAT_VERSION = 1  # bump when the written clips change
 
 
+class NotServed(UserError, RuntimeError):
+    """What a predictor cannot compute: a served model gives no log-probabilities of given text."""
+
+
 class ServedModel:
     """A model behind an OpenAI-compatible server, answering benchmark samples (an ``eval.predictor``
-    ``Predictor`` that generates only).
+    ``Predictor`` that generates only) and sampling GRPO's groups.
 
     Args:
         base_url: the server's ``/v1`` URL; model: the served model's name.
@@ -245,11 +251,11 @@ def serving(
     log in ``<run_dir>/eval/server.log``), or the running server at ``eval.server.endpoint.base_url``."""
     server = cfg.eval.server
     name = server.model or str(weights)
-    clip_dir = run_dir.path / "eval" / "served_clips"
+    clip_dir = run_dir.served_clips_dir
     if not server.command:
         yield ServedModel(server.endpoint.base_url, name, chat, server, clip_dir)
         return
-    log = run_dir.path / "eval" / "server.log"
+    log = run_dir.server_log_file
     with launched_server(server.command, weights, log, server.startup_timeout_s) as base_url:
         yield ServedModel(base_url, name, chat, server, clip_dir)
 
