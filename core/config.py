@@ -72,7 +72,9 @@ class ModelConfig:
     name_or_path: str = "???"  # hub name or local checkpoint directory
     family: Family = Family.qwen2_5_vl  # must be the checkpoint's own model_type (checked at load)
     chat_format: ChatFormatVariant = ChatFormatVariant.trained  # trained | released (the HF chat template)
-    tiny: bool = False  # build a tiny random model of `family` at name_or_path if absent (tests, quickstart)
+    tiny: bool = False  # build a tiny random model of `family` at name_or_path if absent (tests, standin)
+    tiny_hidden: int = 128  # the tiny model's hidden size and decoder layers (the stand-in's: 192 and 4)
+    tiny_layers: int = 2
     dtype: Dtype = Dtype.auto
     attn_implementation: str = "sdpa"
     trust_remote_code: bool = False  # never run a checkpoint's own code unless asked to
@@ -126,6 +128,17 @@ class SyntheticDataConfig:
 
 
 @dataclass
+class SkillsDataConfig:
+    """The generic-skills worlds (``data_builders/generic_skills.py``): the stand-in base model's pretraining
+    set and its held-out questions, on videos of their own seeds, apart from the benchmark twins' worlds."""
+
+    root: str = "${output_root}/data/skills"
+    seed: int = 50  # the training world's seed; the held-out world's is seed + 1
+    train_videos: int = 600
+    heldout_videos: int = 60
+
+
+@dataclass
 class DataConfig:
     """Training data: HF datasets on disk (built by ``data_builders``), mixed by concatenation, or by
     ``weights`` (train/data.py ``mix_datasets``: every sample at most once, in the weights' proportions)."""
@@ -136,6 +149,8 @@ class DataConfig:
     weights: list[float] = field(default_factory=list)
     synthetic: SyntheticDataConfig = field(default_factory=SyntheticDataConfig)
     build_synthetic: bool = False  # build the synthetic world and its datasets first; unset roots point there
+    skills: SkillsDataConfig = field(default_factory=SkillsDataConfig)
+    build_skills: bool = False  # build the generic-skills sets first (+exp=standin; the skills benchmark's)
     frame_cache: str | None = "${output_root}/frame_cache"  # decoded frames per (video, media spec)
     # SFT: lay each step's samples end to end in as few rows as fit `pack_tokens` (best-fit decreasing),
     # each sample with its own positions and attending only to itself (models/packing.py); the same samples,

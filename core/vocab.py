@@ -96,3 +96,14 @@ class PromptShape(Choice):
 
 
 PROMPT_SHAPES: tuple[str, ...] = tuple(shape.value for shape in PromptShape)
+# How a question names the object a prompt of each shape marks ("What colour is the box?").
+PROMPT_NOUNS: dict[str, str] = {
+    "rectangle": "the box",
+    "ellipse": "the circle",
+    "triangle": "the triangle",
+    "mask_contour": "the contour",
+    "scribble": "the scribble",
+    "point": "the dot",
+    "arrow": "the arrow",
+    "som": "the number tag",
+}

@@ -20,7 +20,7 @@ import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from core.config import DataConfig, SyntheticDataConfig
+from core.config import DataConfig, SkillsDataConfig, SyntheticDataConfig
 from core.errors import ConfigError
 from core.files import write_json_atomic
 from core.vocab import PAPER_MIX, by_type
@@ -33,6 +33,7 @@ from data_builders.phrasings import PHRASINGS_VERSION, PhraseBank
 # disjoint phrase banks for OVI-Train and the OVIBench twin; all 8 prompt shapes by default. 5: OVI rows
 # record question_kind and source_annotations; template questions of several kinds, balanced.
 BUILDER_VERSION = 5
+SKILLS_VERSION = 1  # the same for data_builders/generic_skills.py's output
 
 
 @dataclass
@@ -148,13 +149,37 @@ def _ovi_train_build(
 
 
 def synthetic_datasets(data: DataConfig) -> dict[str, str]:
-    """The synthetic datasets by name (``v2p_sft``, ``ovi_train``, ``v2p_bench``, ``ovibench``), built
-    first when ``data.build_synthetic`` asks (file-locked: every rank may call it, one builds); ``{}``
-    when it does not."""
-    if not data.build_synthetic:
-        return {}
-    paths = build_synthetic(data.synthetic)
-    return {name: str(path) for name, path in asdict(paths).items()}
+    """The synthetic datasets by name, built first where ``data`` asks (file-locked: every rank may call
+    it, one builds): ``v2p_sft``, ``ovi_train``, ``v2p_bench`` and ``ovibench`` when
+    ``data.build_synthetic``; ``skills_train`` and ``skills_heldout`` when ``data.build_skills``."""
+    datasets = {}
+    if data.build_synthetic:
+        datasets |= {name: str(path) for name, path in asdict(build_synthetic(data.synthetic)).items()}
+    if data.build_skills:
+        datasets |= build_skills(data.skills)
+    return datasets
+
+
+def build_skills(cfg: SkillsDataConfig) -> dict[str, str]:
+    """Build the generic-skills training set and its held-out questions under ``cfg.root`` (``train/``,
+    ``heldout/``), unless an identical build is there; their directories by name."""
+    from filelock import FileLock
+
+    from data_builders.generic_skills import build_generic_skills
+
+    root = Path(cfg.root)
+    splits = {"skills_train": (root / "train", cfg.train_videos, cfg.seed)}
+    splits["skills_heldout"] = (root / "heldout", cfg.heldout_videos, cfg.seed + 1)
+    marker, settings = root / "build.json", {**asdict(cfg), "builder_version": SKILLS_VERSION}
+    settings.pop("root")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{root}.lock"):
+        if not (marker.exists() and json.loads(marker.read_text()) == settings):
+            shutil.rmtree(root, ignore_errors=True)  # another build's or a partial one: start clean
+            for out, videos, seed in splits.values():
+                build_generic_skills(out, videos, seed)
+            write_json_atomic(marker, settings, indent=2)
+    return {name: str(out) for name, (out, _, _) in splits.items()}
 
 
 def built_synthetic_datasets(data: DataConfig) -> dict[str, str]:

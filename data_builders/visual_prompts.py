@@ -28,17 +28,6 @@ SHAPES = PROMPT_SHAPES
 # The shapes a build draws unless told otherwise: all 8, as V2P-Bench's prompts take.
 DEFAULT_SHAPES = tuple(PromptShape)
 
-PROMPT_NOUNS: dict[str, str] = {
-    "rectangle": "the box",
-    "ellipse": "the circle",
-    "triangle": "the triangle",
-    "mask_contour": "the contour",
-    "scribble": "the scribble",
-    "point": "the dot",
-    "arrow": "the arrow",
-    "som": "the number tag",
-}
-
 # Stroke colours a prompt may take, by name (the name lets a builder avoid a colour that matches
 # what the question asks about, e.g. a red box around a red object in a colour question).
 PROMPT_COLOURS: dict[str, tuple[int, int, int]] = {

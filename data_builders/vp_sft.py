@@ -26,13 +26,13 @@ from core.errors import ConfigError, DataError, DecodeError
 from core.files import atomic_path, crosstab_markdown, link_or_copy
 from core.formats.v2p import DIMENSIONS, release_v2p, render_question
 from core.text_models import TextModel
+from core.vocab import PROMPT_NOUNS
 from data_builders.cli_config import VpSftBuild
 from data_builders.outputs import BuildReport, save_build
 from data_builders.qc import QcStep, make_blind_models, qc_markdown, run_qc
 from data_builders.sources.tracks import TRACK_FORMATS, load_generic_track, read_tracks
 from data_builders.visual_prompts import (
     PROMPT_COLOURS,
-    PROMPT_NOUNS,
     colours_alike,
     draw_prompt,
     polygon_mask,

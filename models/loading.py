@@ -216,7 +216,9 @@ def build_if_tiny(cfg: ModelConfig) -> None:
     if cfg.tiny:
         from models.tiny import build_tiny_checkpoint
 
-        build_tiny_checkpoint(cfg.name_or_path, family=cfg.family)
+        build_tiny_checkpoint(
+            cfg.name_or_path, family=cfg.family, hidden=cfg.tiny_hidden, layers=cfg.tiny_layers
+        )
 
 
 def _check_family(cfg: ModelConfig, model_type: str) -> None:

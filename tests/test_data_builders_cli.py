@@ -19,7 +19,7 @@ from paths import CONF
 
 from core.choice import Choice
 from core.video_io import write_mp4
-from core.vocab import ITEM_FORMS
+from core.vocab import ITEM_FORMS, PROMPT_NOUNS
 from data_builders.cli_config import (
     BUILDER_SCHEMAS,
     ItemForm,
@@ -32,7 +32,7 @@ from data_builders.cli_config import (
 from data_builders.ovi_train import mix_shares
 from data_builders.sources import SOURCES
 from data_builders.sources.tracks import TRACK_FORMATS
-from data_builders.visual_prompts import PROMPT_NOUNS, PromptShape
+from data_builders.visual_prompts import PromptShape
 
 CAPTIONS = {
     "v_one": {

@@ -54,9 +54,7 @@ ONLY_THROUGH = {
 INTO_BUILDERS = {
     "eval/run.py": {"data_builders.build"},  # the synthetic twins, built when asked (data=synthetic)
     "eval/benchmarks/ovi_pairs.py": {"data_builders.preferences"},  # held-out pairs made from OVIBench
-    "eval/benchmarks/diagnostics/text_prompts.py": {  # the marked target in words, the prompts' nouns
-        "data_builders.vp_variants", "data_builders.visual_prompts",
-    },
+    "eval/benchmarks/diagnostics/text_prompts.py": {"data_builders.vp_variants"},  # the target in words
     "train/recipe.py": {"data_builders.build"},  # the synthetic training data, built by default
     "train/plan.py": {"data_builders.build"},  # the synthetic build found on disk, never built
     "train/preference.py": {"data_builders.preferences"},  # DPO's and KTO's pairs made from OVI-Train

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from data_builders.visual_prompts import PROMPT_NOUNS, SHAPES, draw_prompt
+from core.vocab import PROMPT_NOUNS
+from data_builders.visual_prompts import SHAPES, draw_prompt
 
 WHITE = (255, 255, 255)
 BOX = (24.0, 24.0, 48.0, 40.0)  # x0, y0, x1, y1

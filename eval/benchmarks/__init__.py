@@ -15,6 +15,7 @@ from eval.benchmarks.base import Benchmark, NoSettings, Settings
 from eval.benchmarks.diagnostics import V2P_BLIND, V2P_SHUFFLED, V2P_TEXT_PROMPT, V2P_Z
 from eval.benchmarks.ovi import OVI
 from eval.benchmarks.ovi_pairs import OVI_PAIRS
+from eval.benchmarks.skills import SKILLS
 from eval.benchmarks.v2p import V2P
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -26,6 +27,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     "v2p_z": V2P_Z,
     "v2p_shuffled": V2P_SHUFFLED,
     "v2p_text_prompt": V2P_TEXT_PROMPT,
+    # Not a paper's: the stand-in base model's held-out generic questions (+exp=standin).
+    "skills": SKILLS,
 }
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from core.sample import Part, Sample
-from data_builders.visual_prompts import PROMPT_NOUNS
+from core.vocab import PROMPT_NOUNS
 from data_builders.vp_variants import TargetsUnavailable, load_targets, target_phrase
 from eval.benchmarks.base import Derived, SummaryContext
 from eval.benchmarks.diagnostics.derived import (
