@@ -366,8 +366,8 @@ def test_a_simulated_evaluation_runs_end_to_end(tiny, ovi_root, tmp_path):
 def test_teacher_forced_records_are_not_reused_for_a_simulated_run(tiny, ovi_root, tmp_path):
     from core.files import JsonlStore
     from core.rundir import RunDir
-    from eval.suites import load_suites
     from eval.generation import current_records
+    from eval.suites import load_suites
 
     _, adapter = tiny
     run_dir = RunDir(tmp_path / "run")
