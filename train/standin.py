@@ -4,8 +4,8 @@
     python -m train.standin outputs/standin      # copy final/ to assets/standin-qwen2.5-vl with its record
 
 The record (``build_record.json``) says how the weights were made and what they score: the command, the
-data (worlds' seeds, videos, items), the steps, learning rate, batch and seed, the machine's torch and
-thread count, the weights' fingerprint (the sha256 of ``model.safetensors``) and the held-out generic
+data (worlds' seeds, videos, items), the steps, learning rate, batch and seed, the torch version, the
+weights' fingerprint (the sha256 of ``model.safetensors``) and the held-out generic
 skills of the pretrained model against its random start, from the run's ``summary.json``. CI checks the
 committed weights against their fingerprint (tests/test_standin.py).
 """
@@ -62,7 +62,7 @@ def build_record(run_dir: RunDir) -> dict[str, Any]:
             "seed": cfg.trainer.seed,
             "media_max_pixels": cfg.media.max_pixels,
         },
-        "machine": {"torch": torch.__version__, "threads": torch.get_num_threads()},
+        "torch": torch.__version__,
         "parameters": _parameters(run_dir.final_dir),
         "fingerprint_sha256": fingerprint(run_dir.final_dir),
         "heldout_skills": {
