@@ -221,8 +221,11 @@ def scene_items(scene: Scene, video: str, rng: np.random.Generator) -> list[Samp
 
 def build_generic_skills(out: str | Path, n_videos: int, seed: int) -> Path:
     """Render a world of ``n_videos`` (seed ``seed``) under ``out/world`` and write its generic questions
-    as the training set ``out/hf`` with ``stats.md`` and ``build_info.json``. Returns ``out``."""
-    out = Path(out)
+    as the training set ``out/hf`` with ``stats.md`` and ``build_info.json``. Returns ``out``.
+
+    The items name their videos by absolute path: a set built under a relative root is read from any
+    directory."""
+    out = Path(out).resolve()
     scenes = build_world(out / "world", n_videos, seed=seed)
     rng = np.random.default_rng([seed, 1])
     samples = []

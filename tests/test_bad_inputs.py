@@ -272,3 +272,20 @@ def test_corrupt_training_video_is_quarantined_and_training_goes_on(small_train_
         (Path(cfg.run_dir) / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text()
     )
     assert state["global_step"] == 2 and (Path(cfg.run_dir) / "final").is_dir()
+
+
+def test_a_training_set_with_no_usable_sample_says_so_naming_a_file(tmp_path):
+    from core.config import DataConfig
+    from core.decoding import MediaSpec
+    from core.errors import DataError
+    from core.files import save_samples
+    from core.media import FrameCache
+    from core.sample import Part, Sample, Turn
+    from train.data import training_set
+
+    missing = tmp_path / "gone.mp4"
+    turns = [Turn("user", [Part.video(str(missing), 0.0, 1.0), Part.txt("What moves?")])]
+    turns.append(Turn("assistant", [Part.txt("A red circle.")], loss=True))
+    save_samples([Sample("a", "skills", turns, "synthetic", "gone", (0.0, 1.0))], tmp_path / "hf")
+    with pytest.raises(DataError, match=rf"{missing}: file not found: no training sample is usable"):
+        training_set(DataConfig(train=[str(tmp_path / "hf")]), 0, MediaSpec(), FrameCache(None))

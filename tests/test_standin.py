@@ -148,3 +148,11 @@ def test_the_skills_sets_are_built_once_per_setting(tmp_path):
     assert build_skills(cfg) == paths and (train / "hf").stat().st_mtime_ns == made  # reused as it is
     heldout = _samples(Path(build_skills(replace(cfg, heldout_videos=3))["skills_heldout"]) / "hf")
     assert {s.source_id for s in heldout} == {f"v_syn51{i:04d}" for i in range(3)}  # rebuilt, seed + 1
+
+
+def test_a_set_built_under_a_relative_root_is_read_from_anywhere(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    build_generic_skills("skills", 1, seed=DataConfig().skills.seed)
+    monkeypatch.chdir("/")
+    for sample in _samples(tmp_path / "skills" / "hf"):
+        assert Path(sample.turns[0].parts[0].path).is_file()

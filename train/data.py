@@ -130,7 +130,7 @@ def training_set(
 
     Raises:
         ConfigError: bad weights (see :func:`dataset_shares`).
-        DataError: a dataset that cannot be read.
+        DataError: a dataset that cannot be read, or no sample whose media decode.
     """
     shares = dataset_shares(data.train, data.weights)
     datasets = [load_dataset_samples(directory) for directory in data.train]
@@ -150,6 +150,12 @@ def training_set(
                 "drawn": len(drawn),  # for the epoch
                 "used": len(usable),  # drawn, less those quarantined
             }
+        )
+    if not samples:  # the trainer would fail deep inside torch's sampler instead
+        first = quarantined[0] if quarantined else {"file": data.train[0], "reason": "the datasets are empty"}
+        raise DataError(
+            first["file"],
+            f"{first['reason']}: no training sample is usable (all {len(quarantined)} quarantined)",
         )
     strategy = MIX_STRATEGY if shares else "concat"
     mix = {"strategy": strategy, "seed": seed, "samples": len(samples), "datasets": entries}
