@@ -162,7 +162,11 @@ def synthetic_datasets(data: DataConfig) -> dict[str, str]:
 
 def build_skills(cfg: SkillsDataConfig) -> dict[str, str]:
     """Build the generic-skills training set and its held-out questions under ``cfg.root`` (``train/``,
-    ``heldout/``), unless an identical build is there; their directories by name."""
+    ``heldout/``), unless an identical build is there; their directories by name.
+
+    Raises:
+        ConfigError: ``cfg.root`` holds a finished build of other settings (never deleted silently).
+    """
     from filelock import FileLock
 
     from data_builders.generic_skills import build_generic_skills
@@ -174,8 +178,11 @@ def build_skills(cfg: SkillsDataConfig) -> dict[str, str]:
     settings.pop("root")
     root.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{root}.lock"):
-        if not (marker.exists() and json.loads(marker.read_text()) == settings):
-            shutil.rmtree(root, ignore_errors=True)  # another build's or a partial one: start clean
+        built = json.loads(marker.read_text()) if marker.exists() else None
+        if built is not None and built != settings:
+            _refuse_other_build(root, built, settings)
+        if built != settings:
+            shutil.rmtree(root, ignore_errors=True)  # a partial build, or an older builder's: start clean
             for out, videos, seed in splits.values():
                 build_generic_skills(out, videos, seed)
             write_json_atomic(marker, settings, indent=2)

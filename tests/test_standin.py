@@ -138,6 +138,7 @@ def test_the_skills_sets_are_built_once_per_setting(tmp_path):
     from dataclasses import replace
 
     from core.config import SkillsDataConfig
+    from core.errors import ConfigError
     from data_builders.build import build_skills
 
     cfg = SkillsDataConfig(root=str(tmp_path / "skills"), train_videos=3, heldout_videos=2)
@@ -146,8 +147,11 @@ def test_the_skills_sets_are_built_once_per_setting(tmp_path):
     train = Path(paths["skills_train"])
     made = (train / "hf").stat().st_mtime_ns
     assert build_skills(cfg) == paths and (train / "hf").stat().st_mtime_ns == made  # reused as it is
-    heldout = _samples(Path(build_skills(replace(cfg, heldout_videos=3))["skills_heldout"]) / "hf")
-    assert {s.source_id for s in heldout} == {f"v_syn51{i:04d}" for i in range(3)}  # rebuilt, seed + 1
+    with pytest.raises(ConfigError, match="heldout_videos: 2 there, 3 asked"):
+        build_skills(replace(cfg, heldout_videos=3))  # another build's root is never wiped silently
+    other = replace(cfg, root=str(tmp_path / "other"), heldout_videos=3)
+    heldout = _samples(Path(build_skills(other)["skills_heldout"]) / "hf")
+    assert {s.source_id for s in heldout} == {f"v_syn51{i:04d}" for i in range(3)}  # seed + 1
 
 
 def test_a_set_built_under_a_relative_root_is_read_from_anywhere(tmp_path, monkeypatch):
