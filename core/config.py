@@ -65,6 +65,14 @@ class Dtype(Choice):
     float16 = "float16"
 
 
+class TinyWords(Choice):
+    """The wording a tiny model's offline tokenizer learns as whole words (models/tiny.py); anything else
+    still tokenises, byte by byte."""
+
+    benchmarks = "benchmarks"  # the benchmarks' and the builders' wording: the test models
+    benchmarks_and_skills = "benchmarks_and_skills"  # and the generic skills': the stand-in
+
+
 @dataclass
 class ModelConfig:
     """Which checkpoint to fine-tune or evaluate, and how to load it."""
@@ -75,6 +83,11 @@ class ModelConfig:
     tiny: bool = False  # build a tiny random model of `family` at name_or_path if absent (tests, standin)
     tiny_hidden: int = 128  # the tiny model's hidden size and decoder layers (the stand-in's: 192 and 4)
     tiny_layers: int = 2
+    tiny_head_dim: int = 16  # hidden / head_dim attention heads (the stand-in's: 4 of 48)
+    tiny_words: TinyWords = TinyWords.benchmarks
+    # centre the tiny model's visual output on the first training clips when it is built (models/centring.py;
+    # the stand-in: a random tower's output is nearly one vector)
+    tiny_centre_visual: bool = False
     dtype: Dtype = Dtype.auto
     attn_implementation: str = "sdpa"
     trust_remote_code: bool = False  # never run a checkpoint's own code unless asked to

@@ -1,7 +1,8 @@
 """Generic video questions for pretraining the stand-in base model: what a real base model already knows.
 
 A real 7-8B base model describes a clip, names colours and shapes, counts, follows motion and order in
-time, reads a multiple-choice list and answers with its letter, and answers in a sentence. It is weak at
+time, finishes a sentence it is given, knows which word is a colour and which a direction, reads a
+multiple-choice list and answers with its letter, and answers in a sentence. It is weak at
 what our tuning teaches: drawn prompts and interruptions. This builder asks the synthetic world's generic
 questions only, so a model pretrained on them (``+exp=standin``) is weak in the same places, and the
 benchmarks measure what tuning adds.
@@ -19,8 +20,9 @@ sentence) and half multiple choice (answered with a letter), chosen by the build
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -164,6 +166,59 @@ def _describe(scene: Scene, rng: np.random.Generator) -> Question:
     return Question("Give a short account of this clip.", sentence, accounts, rivals, pool)
 
 
+def _phrase(text: str) -> str:
+    """``text`` as the scorer reads it: lower-case words, punctuation gone."""
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+# Each value word the account names, and the values it could have named instead.
+_VALUE_KINDS = {v: values for values in (COLOURS, SHAPES, tuple(DIRECTIONS)) for v in values}
+
+
+# A word's place in the account sentence "I see a <colour> <shape> travelling <direction>, then a ...":
+# from word 3 on, every six words repeat these places.
+_ACCOUNT_PLACES = 6
+
+
+def _finish(scene: Scene, rng: np.random.Generator) -> Question:
+    """Open: the rest of an account of the clip given in part, as a reader finishes a sentence. Its
+    options: the rest; the rest with one value changed (only the clip tells them apart); the whole sentence
+    again; the rest cut at a word of another place in the sentence (which does not follow the given words).
+    Choosing reads the given words and the options, the skill a lettered list asks beyond seeing."""
+    words = ("I see a " + ", then a ".join(_account(o, o.direction) for o in scene.objects) + ".").split()
+    cut = int(rng.integers(3, len(words)))  # at least "I see a" given, at least one word to say
+    given, rest = " ".join(words[:cut]), " ".join(words[cut:])
+    values = [i for i in range(cut, len(words)) if words[i].strip(",.") in _VALUE_KINDS]
+    at = _pick(values, rng)
+    word = words[at].strip(",.")
+    changed = words[cut:at] + [words[at].replace(word, _pick(_others(_VALUE_KINDS[word], word), rng))]
+    changed = " ".join(changed + words[at + 1 :])
+    elsewhere = [i for i in range(3, len(words)) if (i - cut) % _ACCOUNT_PLACES]
+    pool = [rest, changed, " ".join(words)]
+    if elsewhere:
+        pool.append(" ".join(words[_pick(elsewhere, rng) :]))
+    stem = f'Finish this sentence about the clip: "{given} ..."'
+    return Question(stem, rest, [_phrase(rest)], [_phrase(changed)], pool)
+
+
+# Word classes every base model knows, for reading a list without the clip.
+_CLASSES = {"colour": COLOURS, "shape": SHAPES, "direction": tuple(DIRECTIONS), "number": COUNT_WORDS}
+
+
+def _word_class(scene: Scene, rng: np.random.Generator) -> Question:
+    """Which listed word is of a class (a colour among a shape, a direction and a number): answered from
+    the words alone, as a base model reads any lettered list before it has seen a clip. Pointing at the
+    option that fits is what every multiple-choice skill needs; here it is learnt apart from seeing."""
+    names = list(_CLASSES)
+    asked = _pick(names, rng)
+    word = _pick(list(_CLASSES[asked]), rng)
+    rivals = [_pick(list(_CLASSES[name]), rng) for name in names if name != asked]
+    listed = [word, *rivals]
+    listed = [listed[i] for i in rng.permutation(len(listed))]
+    stem = f"Which of these words names a {asked}: {', '.join(listed[:-1])} or {listed[-1]}?"
+    return Question(stem, f"{word.capitalize()} names a {asked}.", [word], rivals, [word, *rivals])
+
+
 KINDS: dict[str, Callable[[Scene, np.random.Generator], Question | None]] = {
     "colour": _colour,
     "shape": _shape,
@@ -172,6 +227,8 @@ KINDS: dict[str, Callable[[Scene, np.random.Generator], Question | None]] = {
     "order": _order,
     "presence": _presence,
     "describe": _describe,
+    "finish": _finish,
+    "word_class": _word_class,
 }
 
 
@@ -209,13 +266,21 @@ def _item(
     )
 
 
+# Items of a kind per clip, where not one: reading a list apart from seeing is learnt from thousands of
+# items (a few hundred steps of them alone); at one per clip it is a ninth of the set and comes too late.
+_ITEMS_PER_CLIP = {"word_class": 3}
+
+
 def scene_items(scene: Scene, video: str, rng: np.random.Generator) -> list[Sample]:
-    """One item per kind that fits ``scene``, each open or multiple choice at random."""
+    """The items of every kind that fits ``scene`` (one, or ``_ITEMS_PER_CLIP``), each open or multiple
+    choice at random."""
     items = []
     for kind, ask in KINDS.items():
-        question = ask(scene, rng)
-        if question is not None:
-            items.append(_item(scene, video, kind, question, bool(rng.random() < 0.5), rng))
+        for n in range(_ITEMS_PER_CLIP.get(kind, 1)):
+            question = ask(scene, rng)
+            if question is not None:
+                item = _item(scene, video, kind, question, bool(rng.random() < 0.5), rng)
+                items.append(replace(item, id=f"{item.id}{n or ''}"))  # ids stay unique
     return items
 
 

@@ -207,8 +207,9 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def build_if_tiny(cfg: ModelConfig) -> None:
-    """Build the tiny model of ``cfg.family`` at ``cfg.name_or_path`` when ``cfg.tiny`` and it is absent.
+def build_if_tiny(cfg: ModelConfig, prepare=None) -> None:
+    """Build the tiny model of ``cfg.family`` at ``cfg.name_or_path`` when ``cfg.tiny`` and it is absent
+    (``prepare``: run on it before it is saved, ``build_tiny_checkpoint``'s).
 
     Multi-process runs call this before their process group exists: once it does, ``save_pretrained``
     writes on global rank 0 only, and the rank that builds (whichever takes the lock) must write it all.
@@ -217,7 +218,13 @@ def build_if_tiny(cfg: ModelConfig) -> None:
         from models.tiny import build_tiny_checkpoint
 
         build_tiny_checkpoint(
-            cfg.name_or_path, family=cfg.family, hidden=cfg.tiny_hidden, layers=cfg.tiny_layers
+            cfg.name_or_path,
+            family=cfg.family,
+            hidden=cfg.tiny_hidden,
+            layers=cfg.tiny_layers,
+            head_dim=cfg.tiny_head_dim,
+            words=cfg.tiny_words,
+            prepare=prepare,
         )
 
 

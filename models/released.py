@@ -446,14 +446,14 @@ def released_processor(family: Family | str) -> ProcessorMixin:
     tokenises otherwise than the released tokenizer, and the token ids are not the released ones)."""
     import transformers
 
-    from models.tiny import _train_tokenizer
+    from models.tiny import train_tokenizer
 
     settings = released_checkpoint(family).processor
     image_processor = getattr(transformers, settings.image_processor_class)(**settings.image)
     video_processor = getattr(transformers, settings.video_processor_class)(**settings.video)
     return getattr(transformers, settings.processor_class)(
         image_processor=image_processor,
-        tokenizer=_train_tokenizer(Family(family).value, vocab_size=1024),
+        tokenizer=train_tokenizer(Family(family).value),
         video_processor=video_processor,
         **settings.processor,
     )

@@ -12,9 +12,12 @@ as it is.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
+from core.config import TinyWords
 from core.files import atomic_dir
 
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava_onevision", "internvl")
@@ -36,13 +39,12 @@ _SPECIAL_TOKENS = {
     "llava_onevision": (*_CHATML_TOKENS, "<image>", "<video>"),
     "internvl": (*_CHATML_TOKENS, *_INTERNVL_NAMED_TOKENS.values()),
 }
-_HEAD_DIM = 16
 # Written with every tiny checkpoint; one built before they carried a chat template is built again.
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 
 # Words the synthetic world, the builders and the benchmarks use, so the BPE learns whole words
 # for them; anything else still tokenises (byte-level fallback).
-_CORPUS = """
+_BENCHMARK_WORDS = """
 system user assistant You are a helpful assistant.
 What colour is the object marked by the box circle arrow dot triangle contour scribble number tag?
 Which direction is the object moving? left right up down. What shape is it? square circle triangle
@@ -57,6 +59,62 @@ Okay, I'll stop here. Choose the best continuation of your answer and name the i
 (Cancellation, False Trigger or Correction). Reply with the letter, then the type in parentheses, e.g.
 A (Correction) B (Cancellation) C (False Trigger) D (Correction)
 """
+# The generic skills' wording (data_builders/generic_skills.py), learnt by the stand-in's tokenizer only:
+# split into bytes, "travelling" is 6 tokens and "Finish" 5, and the stand-in learns them slowly. Last,
+# the words the rest of a finished sentence or a named word class can start with, each at a line's start
+# (no space before).
+_GENERIC_SKILLS_WORDS = """
+Which colour has the square? The circle is red.
+Tell me the shape of the green thing.
+It is a triangle. It is travelling left, right, up or down.
+Count the shapes you can see in this clip.
+I can see 3 shapes. I can see 1 shape.
+Which way is the blue circle travelling?
+Of the red square and the yellow circle, which came into view earlier?
+The red square came first.
+Is there a yellow triangle anywhere in this clip?
+Yes, there is a red square.
+No, I see no blue circle.
+Give a short account of this clip.
+I see a red square travelling left, then a blue circle travelling up.
+There is a green triangle travelling down.
+Finish this sentence about the clip: "I see a ..."
+Answer with the letter of the right option.
+Which of these words names a direction: red, square, 3 or left? Which names a number or a shape?
+Red names a colour.
+Square names a shape.
+Left names a direction.
+A. square
+B. circle
+(C) There is a red square.
+(D) yes or no
+red
+green
+blue
+yellow
+square
+circle
+triangle
+travelling
+left
+right
+up
+down
+then
+a
+Green
+Blue
+Yellow
+Circle
+Triangle
+Right
+Up
+Down
+"""
+_WORDS = {
+    TinyWords.benchmarks: _BENCHMARK_WORDS,
+    TinyWords.benchmarks_and_skills: _BENCHMARK_WORDS + _GENERIC_SKILLS_WORDS,
+}
 
 
 # Every tiny checkpoint's chat template after a header setting these variables from a models.chat
@@ -107,7 +165,8 @@ def chat_template(chat) -> str:
     return header + _TEMPLATE_BODY.strip() + "\n"
 
 
-def _train_tokenizer(family: str, vocab_size: int):
+def train_tokenizer(family: str, words: TinyWords = TinyWords.benchmarks, vocab_size: int = 1024):
+    """A small byte-level BPE trained offline on ``words``, with ``family``'s special tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -120,7 +179,7 @@ def _train_tokenizer(family: str, vocab_size: int):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator([line for line in _CORPUS.splitlines() if line] * 4, trainer)
+    tok.train_from_iterator([line for line in _WORDS[words].splitlines() if line] * 4, trainer)
     named = _INTERNVL_NAMED_TOKENS if family == "internvl" else None
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -131,15 +190,15 @@ def _train_tokenizer(family: str, vocab_size: int):
     )
 
 
-def _text_config(tokenizer, hidden: int, layers: int, **extra) -> dict:
+def _text_config(tokenizer, hidden: int, layers: int, head_dim: int, **extra) -> dict:
     """The language model: the same small decoder shape for every family."""
     return {
         "vocab_size": len(tokenizer),
         "hidden_size": hidden,
         "intermediate_size": hidden * 2,
         "num_hidden_layers": layers,
-        "num_attention_heads": hidden // _HEAD_DIM,
-        "num_key_value_heads": max(1, hidden // _HEAD_DIM // 2),
+        "num_attention_heads": hidden // head_dim,
+        "num_key_value_heads": max(1, hidden // head_dim // 2),
         "max_position_embeddings": 4096,
         "bos_token_id": tokenizer.convert_tokens_to_ids("<|endoftext|>"),
         "eos_token_id": tokenizer.convert_tokens_to_ids("<|im_end|>"),
@@ -159,8 +218,16 @@ def _qwen_token_ids(tokenizer) -> dict:
     }
 
 
-# mrope_section must sum to head_dim / 2 (temporal, height, width rotary channels).
-_MROPE = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
+def _mrope(head_dim: int) -> dict:
+    """Multimodal rotary positions: head_dim / 2 rotary channels split between time, height and width as
+    the released Qwen2.5-VL splits its 64 ([16, 24, 24])."""
+    return {
+        "rope_type": "default",
+        "rope_theta": 10000.0,
+        "mrope_section": [head_dim // 8, head_dim * 3 // 16, head_dim * 3 // 16],
+    }
+
+
 # The vision tower shared by Qwen2.5-VL and Qwen3-VL (each adds its own keys).
 _VISION = {"depth": 2, "hidden_size": 64, "intermediate_size": 128, "num_heads": 4}
 
@@ -178,12 +245,12 @@ def _qwen_processor(processor_cls, video_processor_cls, tokenizer, patch: int, m
     )
 
 
-def _build_qwen2_vl(tokenizer, hidden: int, layers: int, max_pixels: int):
+def _build_qwen2_vl(tokenizer, hidden: int, layers: int, head_dim: int, max_pixels: int):
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
 
     config = Qwen2VLConfig(
-        text_config=_text_config(tokenizer, hidden, layers, rope_parameters=_MROPE),
+        text_config=_text_config(tokenizer, hidden, layers, head_dim, rope_parameters=_mrope(head_dim)),
         vision_config={"depth": 2, "embed_dim": 64, "hidden_size": hidden, "num_heads": 4, "mlp_ratio": 2},
         tie_word_embeddings=False,
         **_qwen_token_ids(tokenizer),
@@ -192,12 +259,12 @@ def _build_qwen2_vl(tokenizer, hidden: int, layers: int, max_pixels: int):
     return Qwen2VLForConditionalGeneration(config), processor
 
 
-def _build_qwen2_5_vl(tokenizer, hidden: int, layers: int, max_pixels: int):
+def _build_qwen2_5_vl(tokenizer, hidden: int, layers: int, head_dim: int, max_pixels: int):
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
 
     config = Qwen2_5_VLConfig(
-        text_config=_text_config(tokenizer, hidden, layers, rope_parameters=_MROPE),
+        text_config=_text_config(tokenizer, hidden, layers, head_dim, rope_parameters=_mrope(head_dim)),
         vision_config={**_VISION, "out_hidden_size": hidden, "fullatt_block_indexes": [1], "window_size": 56},
         tie_word_embeddings=False,
         **_qwen_token_ids(tokenizer),
@@ -206,13 +273,16 @@ def _build_qwen2_5_vl(tokenizer, hidden: int, layers: int, max_pixels: int):
     return Qwen2_5_VLForConditionalGeneration(config), processor
 
 
-def _build_qwen3_vl(tokenizer, hidden: int, layers: int, max_pixels: int):
+def _build_qwen3_vl(tokenizer, hidden: int, layers: int, head_dim: int, max_pixels: int):
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 
-    rope = {**_MROPE, "mrope_interleaved": True}
+    rope = {**_mrope(head_dim), "mrope_interleaved": True}
     config = Qwen3VLConfig(
-        text_config=_text_config(tokenizer, hidden, layers, head_dim=_HEAD_DIM, rope_parameters=rope),
+        text_config={
+            **_text_config(tokenizer, hidden, layers, head_dim, rope_parameters=rope),
+            "head_dim": head_dim,
+        },
         vision_config={
             **_VISION,
             "out_hidden_size": hidden,
@@ -231,7 +301,7 @@ def _build_qwen3_vl(tokenizer, hidden: int, layers: int, max_pixels: int):
 _TILE, _PATCH = 32, 8
 
 
-def _build_llava_onevision(tokenizer, hidden: int, layers: int, max_pixels: int):
+def _build_llava_onevision(tokenizer, hidden: int, layers: int, head_dim: int, max_pixels: int):
     from transformers import (
         LlavaOnevisionConfig,
         LlavaOnevisionForConditionalGeneration,
@@ -243,7 +313,7 @@ def _build_llava_onevision(tokenizer, hidden: int, layers: int, max_pixels: int)
     # anyres: an image is one base tile plus a grid of tiles picked from these resolutions.
     pinpoints = [[_TILE * r, _TILE * c] for r in (1, 2) for c in (1, 2)]
     config = LlavaOnevisionConfig(
-        text_config=_text_config(tokenizer, hidden, layers, model_type="qwen2"),
+        text_config=_text_config(tokenizer, hidden, layers, head_dim, model_type="qwen2"),
         vision_config={
             "model_type": "siglip_vision_model",
             "hidden_size": 64,
@@ -272,7 +342,7 @@ def _build_llava_onevision(tokenizer, hidden: int, layers: int, max_pixels: int)
     return LlavaOnevisionForConditionalGeneration(config), processor
 
 
-def _build_internvl(tokenizer, hidden: int, layers: int, max_pixels: int):
+def _build_internvl(tokenizer, hidden: int, layers: int, head_dim: int, max_pixels: int):
     from transformers import (
         GotOcr2ImageProcessor,
         InternVLConfig,
@@ -283,7 +353,7 @@ def _build_internvl(tokenizer, hidden: int, layers: int, max_pixels: int):
 
     downsample = 0.5  # pixel shuffle: 2 x 2 patches become one token
     config = InternVLConfig(
-        text_config=_text_config(tokenizer, hidden, layers, model_type="qwen2"),
+        text_config=_text_config(tokenizer, hidden, layers, head_dim, model_type="qwen2"),
         vision_config={
             "hidden_size": 64,
             "intermediate_size": 128,
@@ -322,22 +392,29 @@ def build_tiny_checkpoint(
     family: str = "qwen2_5_vl",
     hidden: int = 128,
     layers: int = 2,
+    head_dim: int = 16,
+    words: TinyWords = TinyWords.benchmarks,
     vocab_size: int = 1024,
     seed: int = 0,
     max_pixels: int = 448 * 448,
+    prepare: Callable[[Any, Any], None] | None = None,
 ) -> Path:
     """Write a tiny random checkpoint (model, tokenizer, processor, chat template) of ``family`` to
     ``path`` if absent (or built before tiny checkpoints carried a chat template).
 
     Args:
         family: one of ``FAMILIES``.
+        hidden, layers, head_dim: the language model's width, depth and attention head size (a divisor
+            of ``hidden`` and of 16, for the rotary channels' split).
+        words: the wording its tokenizer learns as whole words.
+        prepare: run on the new model and its processor before they are saved (models/centring.py).
         max_pixels: the Qwen processors' own pixel cap (generous: frames arrive already resized).
 
     Returns:
         The checkpoint directory, loadable with ``from_pretrained`` like any real checkpoint.
 
     Raises:
-        ConfigError: ``family`` is not one of ``FAMILIES``.
+        ConfigError: ``family`` is not one of ``FAMILIES``, or ``head_dim`` does not divide as it must.
     """
     from filelock import FileLock
 
@@ -345,25 +422,39 @@ def build_tiny_checkpoint(
 
     if family not in _BUILDERS:
         raise ConfigError(f"model.family={family!r} is not one of {', '.join(FAMILIES)}")
+    if hidden % head_dim or head_dim % 16:
+        raise ConfigError(
+            f"model.tiny_head_dim={head_dim} must divide model.tiny_hidden={hidden} and be a multiple of 16"
+        )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{path}.lock"):  # every rank may call this; one builds, the others wait and reuse
         if not (path / CHAT_TEMPLATE_FILE).exists():
-            _write_tiny_checkpoint(path, family, hidden, layers, vocab_size, seed, max_pixels)
+            shape = (hidden, layers, head_dim)
+            tokens = (TinyWords(words), vocab_size)
+            _write_tiny_checkpoint(path, family, shape, tokens, seed, max_pixels, prepare)
     return path
 
 
 def _write_tiny_checkpoint(
-    path: Path, family: str, hidden: int, layers: int, vocab_size: int, seed: int, max_pixels: int
+    path: Path,
+    family: str,
+    shape: tuple[int, int, int],
+    tokens: tuple[TinyWords, int],
+    seed: int,
+    max_pixels: int,
+    prepare: Callable[[Any, Any], None] | None,
 ):
     import torch
 
     from core.config import ChatFormatVariant
     from models.chat import chat_format_for
 
-    tokenizer = _train_tokenizer(family, vocab_size)
+    tokenizer = train_tokenizer(family, *tokens)
     torch.manual_seed(seed)
-    model, processor = _BUILDERS[family](tokenizer, hidden, layers, max_pixels)
+    model, processor = _BUILDERS[family](tokenizer, *shape, max_pixels)
+    if prepare is not None:
+        prepare(model, processor)
     template = chat_template(chat_format_for(family, ChatFormatVariant.released))
     processor.chat_template = tokenizer.chat_template = template  # a client may load either one
     with atomic_dir(path) as tmp:  # a killed build never leaves half a checkpoint

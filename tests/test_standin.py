@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -69,10 +70,42 @@ def test_the_pretraining_items_carry_no_drawn_prompt_nor_interruption(skills):
         "order",
         "presence",
         "describe",
+        "finish",
+        "word_class",
     }
     for sample in skills:
         assert [t.role for t in sample.turns] == ["user", "assistant"]
         assert [p.type for p in sample.turns[0].parts] == ["video", "text"]
+
+
+def test_a_sentence_to_finish_has_one_right_ending_among_its_options(skills):
+    """The given words and the right option make the clip's own account; no other option does (one is
+    the same ending with a value the clip contradicts, one the whole sentence again, one an ending cut at
+    another place)."""
+    accounts = {
+        s.source_id: "I see a " + ", then a ".join(s.meta["expected"]) + "."
+        for s in skills
+        if s.meta["kind"] == "describe"
+    }
+    finishing = [s for s in skills if s.meta["kind"] == "finish" and s.meta["format"] == "mcq"]
+    assert finishing
+    for sample in finishing:
+        given = re.search(r'"(.*) \.\.\."', sample.turns[0].text).group(1)
+        making = [o for o in sample.meta["options"] if f"{given} {o}" == accounts[sample.source_id]]
+        letter = "ABCD"[sample.meta["options"].index(making[0])]
+        assert len(making) == 1 and letter == sample.meta["answer_letter"], sample.turns[0].text
+
+
+def test_a_word_class_question_has_the_one_word_of_its_class_for_answer(skills):
+    classes = {"colour": COLOURS, "shape": SHAPES, "direction": DIRECTIONS, "number": ("1", "2", "3", "4")}
+    asked = [s for s in skills if s.meta["kind"] == "word_class"]
+    assert len(asked) == 3 * len({s.source_id for s in skills})  # three for every clip
+    assert len({s.id for s in skills}) == len(skills)
+    for sample in asked:
+        named = re.search(r"names a (\w+):", sample.turns[0].text).group(1)
+        assert [w for w in [*sample.meta["expected"], *sample.meta["rivals"]] if w in classes[named]] == [
+            *sample.meta["expected"]
+        ]
 
 
 def test_the_pretraining_worlds_are_apart_from_every_shipped_world(repo):
@@ -96,6 +129,67 @@ def test_each_item_is_scored_by_its_own_answer(skills):
     assert score("It is reddish.", wrong) == {"accuracy": 0.0}
 
 
+def test_the_stand_in_reads_the_generic_skills_words_whole(skills, compose, tmp_path):
+    """Its tokenizer knows every word the pretraining set writes as one token, as a real base model's
+    knows plain English; split into bytes, the words cost the stand-in thousands of steps."""
+    from transformers import AutoTokenizer
+
+    from models.tiny import build_tiny_checkpoint
+
+    model = compose("train", "+exp=standin", f"output_root={tmp_path}").model
+    path = build_tiny_checkpoint(
+        tmp_path / "init", hidden=48, layers=1, head_dim=model.tiny_head_dim, words=model.tiny_words
+    )
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    split = set()
+    for text in {t.text for s in skills for t in s.turns}:
+        spans = tokenizer(text, return_offsets_mapping=True)["offset_mapping"]
+        for word in re.finditer(r"[A-Za-z0-9]+", text):
+            if sum(a < word.end() and b > word.start() for a, b in spans) > 1:
+                split.add((word.group(), text))
+    assert not split, sorted({w for w, _ in split})
+
+
+def test_the_stand_in_starts_with_a_visual_output_that_tells_clips_apart(skills, compose, tmp_path):
+    """A random tower gives every visual token nearly one vector, which the language model cannot read;
+    the stand-in's random start is built with its output centred and scaled on training clips."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from core.media import FrameCache
+    from models.centring import centring, visual_output
+    from models.chat import make_adapter
+    from models.loading import build_if_tiny
+
+    cfg = compose("train", "+exp=standin", f"output_root={tmp_path}", "model.tiny_layers=1")
+    cache = FrameCache(tmp_path / "frames")
+    build_if_tiny(cfg.model, centring(cfg, skills, cache))
+    raw = cfg.model.name_or_path + "-raw"
+    build_if_tiny(replace(cfg.model, name_or_path=raw))  # the same random start, not centred
+
+    def spread(path) -> tuple[float, float]:
+        """How far the clips' visual tokens are from their common vector, relative to it; and the
+        output's mean over the clips."""
+        processor = AutoProcessor.from_pretrained(path)
+        adapter = make_adapter(cfg.model.family, processor, cfg.media, cache)
+        clips = [adapter.render(s, for_generation=False) for s in skills[:: len(skills) // 8]]
+        out = visual_output(AutoModelForImageTextToText.from_pretrained(path), adapter.training_batch(clips))
+        common = out.mean(0)
+        return ((out - common).norm(dim=-1).mean() / common.norm()).item(), common.abs().max().item()
+
+    raw_spread, _ = spread(raw)
+    centred_spread, centred_mean = spread(cfg.model.name_or_path)
+    assert raw_spread < 0.5 < centred_spread, (raw_spread, centred_spread)
+    assert centred_mean < 0.5
+
+
+def test_a_tiny_head_size_that_cannot_split_the_width_is_refused(tmp_path):
+    from core.errors import ConfigError
+    from models.tiny import build_tiny_checkpoint
+
+    with pytest.raises(ConfigError, match="tiny_head_dim=48 must divide model.tiny_hidden=64"):
+        build_tiny_checkpoint(tmp_path / "init", hidden=64, head_dim=48)
+
+
 @pytest.mark.slow
 def test_the_one_command_pretrains_the_stand_in_and_publishing_records_it(compose, tmp_path):
     """``+exp=standin`` at test size: the generic-skills sets built, a random Qwen2.5-VL fully trained on
@@ -110,7 +204,7 @@ def test_the_one_command_pretrains_the_stand_in_and_publishing_records_it(compos
         "train",
         "+exp=standin",
         f"output_root={tmp_path}",
-        "model.tiny_hidden=32",
+        "model.tiny_hidden=48",
         "model.tiny_layers=1",
         "data.skills.train_videos=3",
         "data.skills.heldout_videos=2",

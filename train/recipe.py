@@ -29,6 +29,7 @@ from data_builders.build import synthetic_datasets, with_synthetic_training_data
 from eval.benchmarks import resolve_settings
 from eval.evaluation import Evaluation
 from eval.run_models import open_models
+from models.centring import centring
 from models.loading import build_if_tiny
 from models.packing import check_packable
 from models.qlora import check_qlora
@@ -165,7 +166,8 @@ def run(run: Run) -> RunResult:
         run_dir.write_quarantine("train", rows.quarantined)
         if main:
             write_json_atomic(run_dir.data_mix_file, rows.mix, indent=2)
-        build_if_tiny(cfg.model)  # before the arguments: building them starts the process group
+        # before the arguments: building them starts the process group
+        build_if_tiny(cfg.model, centring(cfg, rows.rows, cache))
         # Before the model: under ZeRO-3 the arguments register the DeepSpeed config with transformers (a
         # weak reference, alive as long as `args` is), so from_pretrained loads each rank's partition only
         # (deepspeed.zero.Init) instead of the whole model on every rank first.

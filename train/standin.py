@@ -23,6 +23,7 @@ from typing import Any
 
 from core.files import atomic_dir, write_json_atomic
 from core.rundir import BASELINE, RunDir
+from models.centring import CENTRING_CLIPS
 
 ASSET = Path("assets/standin-qwen2.5-vl")
 RECORD_FILE = "build_record.json"
@@ -53,12 +54,16 @@ def build_record(run_dir: RunDir) -> dict[str, Any]:
             "family": str(cfg.model.family),
             "hidden": cfg.model.tiny_hidden,
             "layers": cfg.model.tiny_layers,
+            "head_dim": cfg.model.tiny_head_dim,
+            "tokenizer_words": str(cfg.model.tiny_words),
+            "visual_output_centred_on_clips": CENTRING_CLIPS if cfg.model.tiny_centre_visual else 0,
         },
         "data": built,
         "training": {
             "steps": cfg.trainer.max_steps,
             "batch_size": cfg.trainer.batch_size,
             "lr": cfg.trainer.lr,
+            "frozen": [tower.value for tower in cfg.peft.freeze],
             "seed": cfg.trainer.seed,
             "media_max_pixels": cfg.media.max_pixels,
         },
