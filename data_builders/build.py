@@ -33,7 +33,7 @@ from data_builders.phrasings import PHRASINGS_VERSION, PhraseBank
 # disjoint phrase banks for OVI-Train and the OVIBench twin; all 8 prompt shapes by default. 5: OVI rows
 # record question_kind and source_annotations; template questions of several kinds, balanced.
 BUILDER_VERSION = 5
-SKILLS_VERSION = 3  # the same for data_builders/generic_skills.py's output
+SKILLS_VERSION = 4  # the same for data_builders/generic_skills.py's output
 
 
 @dataclass

@@ -266,20 +266,24 @@ def _item(
     )
 
 
-# Items of a kind per clip, where not one: reading a list apart from seeing is learnt from thousands of
-# items (a few hundred steps of them alone); at one per clip it is a ninth of the set and comes too late.
-_ITEMS_PER_CLIP = {"word_class": 3}
+# Items of a kind per clip, where not one: pointing at an option's letter is learnt from thousands of
+# lettered items (500-1,500 steps of 16 of them alone, docs/results/2026-12-07-standin.md); at one per clip
+# the lettered word classes are a twentieth of the set and the skill is not learnt in 2,000 steps.
+_ITEMS_PER_CLIP = {"word_class": 4}
+# Kinds asked by lettered options only: the word classes are there to teach reading a lettered list.
+_LETTERED_ONLY = {"word_class"}
 
 
 def scene_items(scene: Scene, video: str, rng: np.random.Generator) -> list[Sample]:
     """The items of every kind that fits ``scene`` (one, or ``_ITEMS_PER_CLIP``), each open or multiple
-    choice at random."""
+    choice at random (``_LETTERED_ONLY``: multiple choice)."""
     items = []
     for kind, ask in KINDS.items():
         for n in range(_ITEMS_PER_CLIP.get(kind, 1)):
             question = ask(scene, rng)
             if question is not None:
-                item = _item(scene, video, kind, question, bool(rng.random() < 0.5), rng)
+                lettered = kind in _LETTERED_ONLY or bool(rng.random() < 0.5)
+                item = _item(scene, video, kind, question, lettered, rng)
                 items.append(replace(item, id=f"{item.id}{n or ''}"))  # ids stay unique
     return items
 

@@ -99,7 +99,8 @@ def test_a_sentence_to_finish_has_one_right_ending_among_its_options(skills):
 def test_a_word_class_question_has_the_one_word_of_its_class_for_answer(skills):
     classes = {"colour": COLOURS, "shape": SHAPES, "direction": DIRECTIONS, "number": ("1", "2", "3", "4")}
     asked = [s for s in skills if s.meta["kind"] == "word_class"]
-    assert len(asked) == 3 * len({s.source_id for s in skills})  # three for every clip
+    assert len(asked) == 4 * len({s.source_id for s in skills})  # four for every clip, lettered
+    assert {s.meta["format"] for s in asked} == {"mcq"}
     assert len({s.id for s in skills}) == len(skills)
     for sample in asked:
         named = re.search(r"names a (\w+):", sample.turns[0].text).group(1)
