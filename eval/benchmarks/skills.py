@@ -1,10 +1,11 @@
 """Generic skills: the held-out questions the stand-in base model is measured on (not a paper's benchmark).
 
 The items (``data_builders/generic_skills.py``) ask what a base model should already answer — colours,
-shapes, counts, motion, order in time, presence, a short account of the clip, the rest of a sentence about
-it — half answered in a sentence and half by an option's letter, about videos of a world of their own.
-The stand-in's build record reports these scores (``python -m train +exp=standin``), and any model can be
-scored on them to see that tuning on drawn prompts and interruptions kept its general skills.
+shapes, counts, motion, order in time, presence, a short account of the clip, the rest of a sentence
+about it, which listed word is a colour or a direction — in a sentence or by an option's letter, about
+videos of a world of their own. The stand-in's build record reports these scores (``python -m train
++exp=standin``), and any model can be scored on them to see that tuning on drawn prompts and
+interruptions kept its general skills.
 
 Scoring needs no judge: a multiple-choice reply is right when it is the letter alone; an open reply
 when it names every expected phrase and none of the rivals (the other values it could have said).
