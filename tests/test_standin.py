@@ -133,15 +133,10 @@ def test_each_item_is_scored_by_its_own_answer(skills):
 def test_the_stand_in_reads_the_generic_skills_words_whole(skills, compose, tmp_path):
     """Its tokenizer knows every word the pretraining set writes as one token, as a real base model's
     knows plain English; split into bytes, the words cost the stand-in thousands of steps."""
-    from transformers import AutoTokenizer
-
-    from models.tiny import build_tiny_checkpoint
+    from models.tiny import train_tokenizer
 
     model = compose("train", "+exp=standin", f"output_root={tmp_path}").model
-    path = build_tiny_checkpoint(
-        tmp_path / "init", hidden=48, layers=1, head_dim=model.tiny_head_dim, words=model.tiny_words
-    )
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = train_tokenizer(str(model.family), model.tiny_words)
     split = set()
     for text in {t.text for s in skills for t in s.turns}:
         spans = tokenizer(text, return_offsets_mapping=True)["offset_mapping"]
