@@ -1,4 +1,5 @@
-"""Processes a test started, seen through Linux's /proc: whether one is gone, its tree, killing its groups."""
+"""Processes a test started, seen through Linux's /proc: whether one is gone, its tree, killing its groups,
+holding one where it holds no file lock."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ import time
 from pathlib import Path
 
 
-def gone(pid: int) -> bool:
-    """Whether a process has exited (a zombie left for an absent reaper has: it holds no memory or CPU)."""
+def _state(pid: int) -> str:
+    """The process's state letter (R running, S sleeping, T stopped, Z zombie...); X once it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+        return "X"
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def gone(pid: int) -> bool:
+    """Whether a process has exited (a zombie left for an absent reaper has: it holds no memory or CPU)."""
+    return _state(pid) in ("Z", "X")
 
 
 def wait_until_gone(pid: int, timeout_s: float = 10.0) -> bool:
@@ -48,3 +54,28 @@ def kill_process_groups(pids: list[int]) -> None:
     for group in groups:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(group, signal.SIGKILL)
+
+
+def holds_file_lock(pid: int) -> bool:
+    """Whether ``pid`` holds a flock or POSIX lock on any file (Linux's /proc/locks; its fifth field is the
+    holder's pid; blocked waiters are listed after "->" and do not count)."""
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "->" not in fields and len(fields) > 4 and fields[4] == str(pid):
+            return True
+    return False
+
+
+def stop_outside_locks(pid: int, timeout_s: float = 60.0) -> None:
+    """SIGSTOP ``pid`` at a moment it holds no file lock. A process stopped inside one (the training's
+    metrics file, for instance) would block every other process that takes it until it is continued."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        os.kill(pid, signal.SIGSTOP)
+        while _state(pid) != "T":  # the stop lands asynchronously; the locks are read once it has
+            time.sleep(0.005)
+        if not holds_file_lock(pid):
+            return
+        os.kill(pid, signal.SIGCONT)
+        assert time.monotonic() < deadline, f"process {pid} held a file lock for {timeout_s:g} s"
+        time.sleep(0.01)

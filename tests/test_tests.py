@@ -34,3 +34,38 @@ def test_no_test_module_imports_another():
     assert offending == [], "move what they share into a helper module (not named test_*):\n" + "\n".join(
         offending
     )
+
+
+def test_a_process_held_for_a_test_is_held_outside_its_file_locks(tmp_path):
+    """The watcher's test holds the training with SIGSTOP; stopped inside the metrics file's lock it would
+    block the watcher's next append for good. A child that holds a shared store's lock 95% of the time is
+    held outside it, and an append here goes through (a plain SIGSTOP leaves it waiting nearly always)."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from processes import holds_file_lock, stop_outside_locks
+
+    from core.files import JsonlStore
+
+    path = tmp_path / "metrics.jsonl"
+    script = (
+        f"import time\nfrom filelock import FileLock\nlock = FileLock({str(path) + '.lock'!r})\n"
+        "while True:\n    with lock:\n        time.sleep(0.2)\n    time.sleep(0.01)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 30
+        while not holds_file_lock(holder.pid):
+            assert time.monotonic() < deadline, "the child never took its lock"
+            time.sleep(0.01)
+        stop_outside_locks(holder.pid)
+        assert not holds_file_lock(holder.pid)
+        append = threading.Thread(target=JsonlStore(path, shared=True).append, args=([{"step": 1}],))
+        append.start()
+        append.join(timeout=20)
+        assert not append.is_alive(), "the append waits on the lock of the stopped process"
+    finally:
+        holder.kill()
+        holder.wait()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from paths import REPO
+from processes import stop_outside_locks
 from wandb_records import history
 
 from core.rundir import RunDir
@@ -56,12 +57,20 @@ def _env() -> dict[str, str]:
     return {**os.environ, "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
 
 
-def _wait(condition, what: str, *children: subprocess.Popen) -> None:
+def _wait(condition, what: str, logs: dict, *children: subprocess.Popen) -> None:
+    """Wait for ``condition``; a child that ends first, or the bound passing, fails with both logs' tails."""
     deadline = time.monotonic() + WAIT_S
     while not condition():
-        for child in children:
-            assert child.poll() is None, f"{child.args[2]} ended (rc {child.returncode}) before {what}"
-        assert time.monotonic() < deadline, f"no {what} after {WAIT_S} s"
+        ended = [c for c in children if c.poll() is not None]
+        failure = (
+            f"{ended[0].args[2]} ended (rc {ended[0].returncode}) before {what}"
+            if ended
+            else f"no {what} after {WAIT_S} s"
+            if time.monotonic() > deadline
+            else None
+        )
+        if failure:
+            pytest.fail("\n".join([failure, *(f"--- {n}.log:\n{_tail(log)}" for n, log in logs.items())]))
         time.sleep(0.1)
 
 
@@ -100,10 +109,10 @@ def async_run(synthetic_build, tiny_checkpoint, tmp_path_factory):
     )
     try:
         first = run_dir / "checkpoints" / f"checkpoint-{SAVE_EVERY}"
-        _wait(lambda: first in RunDir(run_dir).checkpoints(), "a first checkpoint", train, watch)
-        train.send_signal(signal.SIGSTOP)
+        _wait(lambda: first in RunDir(run_dir).checkpoints(), "a first checkpoint", logs, train, watch)
+        stop_outside_locks(train.pid)  # the watcher takes the metrics file's lock too
         try:
-            _wait(lambda: first.name in _evaluated(run_dir), f"{first.name} evaluated", watch)
+            _wait(lambda: first.name in _evaluated(run_dir), f"{first.name} evaluated", logs, watch)
             assert not RunDir(run_dir).is_done() and watch.poll() is None, "the watcher waits for more"
         finally:
             train.send_signal(signal.SIGCONT)
