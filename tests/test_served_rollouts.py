@@ -381,6 +381,10 @@ def test_served_grpo_under_zero_on_two_processes(serving, tmp_path, stage):
     from safetensors.torch import load_file
 
     overrides = [f"trainer=zero{stage}" if o == "trainer=zero2" else o for o in runs.DEEPSPEED_OVERRIDES]
+    # Weight decay moves the trained weights at every step. Without it only a group whose two completions
+    # earn different rewards moves them, and the tiny model's rarely do (rank 0's groups: none in 8 steps
+    # here); a run with none on either rank served the base weights, failing the test, not the hand-over.
+    overrides += ["trainer.weight_decay=0.01"]
     launch = runs.Launch(runs.DEEPSPEED_LAUNCH, overrides + SERVED_GRPO, runs.DEEPSPEED_ENV)
     runs.train(tmp_path, "zero", launch)
     run_dir = tmp_path / "zero"
