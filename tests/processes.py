@@ -72,7 +72,8 @@ def stop_outside_locks(pid: int, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         os.kill(pid, signal.SIGSTOP)
-        while _state(pid) != "T":  # the stop lands asynchronously; the locks are read once it has
+        while (state := _state(pid)) != "T":  # the stop lands asynchronously; the locks are read once it has
+            assert state not in ("Z", "X"), f"process {pid} ended before it could be held"
             time.sleep(0.005)
         if not holds_file_lock(pid):
             return
