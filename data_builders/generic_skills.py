@@ -266,9 +266,10 @@ def _item(
     )
 
 
-# Items of a kind per clip, where not one: pointing at an option's letter is learnt from thousands of
-# lettered items (500-1,500 steps of 16 of them alone, docs/results/2026-12-07-standin.md); at one per clip
-# the lettered word classes are a sixteenth of the set and the skill is not learnt in 2,000 steps.
+# Items of a kind per clip, where not one: pointing at an option's letter takes thousands of lettered
+# items (in short bare text 1,000-2,000 steps of 16 of them alone; in the chat format, not found from
+# scratch in 3,500: docs/results/2026-12-07-standin.md); at one per clip the lettered word classes are a
+# sixteenth of the set.
 _ITEMS_PER_CLIP = {"word_class": 4}
 # Kinds asked by lettered options only: the word classes are there to teach reading a lettered list.
 _LETTERED_ONLY = {"word_class"}
